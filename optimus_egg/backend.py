@@ -1,0 +1,24 @@
+"""``torch.compile(model, backend="optimus_egg")``: rewrite Dynamo's graph, then Inductor.
+
+The rewrite runs on Dynamo's torch-level graph, before AOTAutograd: autograd then derives the
+backward of the clean forward, so training loses the cruft on both passes (a joint-graph pass
+would have to match backward patterns too; see shared/reference/inductor-hooks.md). Mutation is
+handled by the frontend's effect chain, and every node carries Dynamo's fake ``example_value``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch.fx as fx
+
+from optimus_egg.optimize import Options, optimize_graph
+
+
+def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
+                        options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
+    from torch._inductor.compile_fx import compile_fx
+
+    opts = Options.from_kwargs(**(options or {}))
+    new_gm, _ = optimize_graph(gm, opts)
+    return compile_fx(new_gm, example_inputs)

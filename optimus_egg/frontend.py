@@ -1,0 +1,140 @@
+"""FX graph → IR terms.
+
+Every node becomes a term through the op table. Mutation is the one thing the e-graph cannot see,
+so it is made explicit here: every node that writes to, reads from, or produces a tensor whose
+storage is written anywhere in the graph (and every random op) is an opaque, unshareable ``Op``
+threaded on an effect chain in program order. Rules never look inside those, and the chain keeps
+their order on the way back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from optimus_egg import optable
+from optimus_egg.ir import ARGS, Term, as_list
+from optimus_egg.optable import Kind, Pieces, Registry, static_shape, storage_key, val
+
+
+@dataclass
+class Translation:
+    registry: Registry
+    inputs: list[fx.Node]  # placeholders and get_attrs, by Input index
+    outputs: list[Any]  # the output node's leaves: a Term for each node, constants as they are
+    output_spec: Any  # how to rebuild the output node's args from the leaves
+    effects: Term | None  # the last effectful term: it must survive even if nothing reads it
+    facts: list[tuple[Term, list[int | None], str]] = field(default_factory=list)
+    origin: dict[Term, fx.Node] = field(default_factory=dict)  # term -> the node it came from
+    opaque: int = 0  # nodes kept as opaque Ops
+    nodes: int = 0
+
+
+def mutated_storages(graph: fx.Graph) -> set[Any]:
+    """Storages written to by some node: their readers and writers are pinned in order."""
+    written = set()
+    for node in graph.nodes:
+        if node.op in ("call_function", "call_method") and optable.is_inplace(node):
+            for arg in node.all_input_nodes:
+                key = storage_key(val(arg))
+                if key is not None:
+                    written.add(key)
+            key = storage_key(val(node))
+            if key is not None:
+                written.add(key)
+    return written
+
+
+def _touches(node: fx.Node, storages: set[Any]) -> bool:
+    if not storages:
+        return False
+    values = [val(node), *(val(a) for a in node.all_input_nodes)]
+    leaves = pytree.tree_leaves(values)
+    return any(storage_key(v) in storages for v in leaves if isinstance(v, torch.Tensor))
+
+
+def translate(gm: fx.GraphModule) -> Translation:
+    graph = gm.graph
+    pinned_storages = mutated_storages(graph)
+    registry = Registry()
+    env: dict[fx.Node, Term | Pieces] = {}
+    inputs: list[fx.Node] = []
+    effects: Term | None = None
+    tr = Translation(registry, inputs, [], None, None)
+
+    def term(x: Any) -> Term | None:
+        got = env.get(x) if isinstance(x, fx.Node) else None
+        return got if isinstance(got, Term) else None
+
+    def opaque(node: fx.Node, op: optable.OpDef | None, effectful: bool) -> Term:
+        nonlocal effects
+        call, args = optable.generic_call(node, op)
+        if effectful:
+            call.constructor = "Op"
+        terms = [_materialize(a, env) for a in args]
+        key = registry.key(call, shareable=not effectful and op is not None)
+        if effectful and effects is not None:
+            terms.append(effects)  # ordering only: not an argument of the call
+        if call.constructor == "Op":
+            t = Term("Op", (key, as_list(terms, ARGS)))
+        else:
+            t = Term(call.constructor, (key, *terms))
+        if effectful:
+            effects = t
+        tr.opaque += op is None or effectful
+        return t
+
+    for node in graph.nodes:
+        if node.op in ("placeholder", "get_attr"):
+            env[node] = Term("Input", (len(inputs),))
+            inputs.append(node)
+        elif node.op == "output":
+            leaves, tr.output_spec = pytree.tree_flatten(node.args[0])
+            tr.outputs = [_materialize(x, env) if isinstance(x, fx.Node) else x for x in leaves]
+            continue
+        else:
+            tr.nodes += 1
+            op = optable.lookup(node)
+            effectful = (_touches(node, pinned_storages) or (op is not None and op.kind is Kind.RANDOM)
+                         or (op is None and not node.users) or node.op == "call_module")
+            parsed = None
+            if not effectful and op is not None and op.name in optable.STRUCTURAL:
+                if op.name == "getitem" and isinstance(env.get(node.args[0]), Pieces):
+                    parsed = _piece(node, env[node.args[0]])
+                else:
+                    parsed = optable.STRUCTURAL[op.name](node, term)
+                if isinstance(parsed, Pieces) and not _only_indexed(node):
+                    parsed = None
+            env[node] = parsed if parsed is not None else opaque(node, op, effectful)
+        result = env[node]
+        if isinstance(result, Term) and result not in tr.origin:
+            tr.origin[result] = node
+            v = val(node)
+            shape = static_shape(v)
+            if shape is not None:
+                tr.facts.append((result, shape, str(v.dtype).removeprefix("torch.")))
+    tr.effects = effects
+    return tr
+
+
+def _piece(node: fx.Node, pieces: Pieces) -> Term | None:
+    i = node.args[1]
+    return pieces.items[i] if isinstance(i, int) and -len(pieces.items) <= i < len(pieces.items) else None
+
+
+def _only_indexed(node: fx.Node) -> bool:
+    """A split's tuple can become pieces only if nothing but ``tuple[i]`` reads it."""
+    return all(u.op == "call_function" and u.target is operator.getitem and isinstance(u.args[1], int)
+               for u in node.users)
+
+
+def _materialize(x: fx.Node, env: dict[fx.Node, Term | Pieces]) -> Term:
+    got = env[x]
+    if not isinstance(got, Term):  # _only_indexed guarantees this never happens
+        raise RuntimeError(f"node {x.name} produced pieces but is read whole")
+    return got

@@ -1,0 +1,120 @@
+"""The IR: egglog sorts for tensors, and the Python-side terms that are fed into them.
+
+Every tensor value is a ``T``. Splits, chunks, unbinds, narrows and slices all become ``Sl``
+views of their input, so that "pieces of one tensor" is visible to every rule without a
+multi-output projection. ``cat`` and ``stack`` are one constructor, ``Cat`` over a cons-list that
+carries the dim (a stack is a cat of unsqueezed pieces). Everything else is ``Unary``/``Binary``
+(elementwise, shape-preserving: rules may move them through slices and cats) or ``Op`` (any
+other call, kept exactly; its key names an entry of :mod:`optimus_egg.optable`'s registry).
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Union
+
+DECLARATIONS = """
+(datatype*
+  (T
+    (Input i64)
+    (Sl T i64 i64 i64)
+    (Squeeze T i64)
+    (Unsqueeze T i64)
+    (Cat TList)
+    (Unary String T)
+    (Binary String T T)
+    (Op String TList))
+  (TList
+    (Cons T TList i64)
+    (Nil)))
+(function size (T i64) i64 :merge (min old new))
+(function rank (T) i64 :merge (min old new))
+(function dtype (T) String :merge old)
+(function lsize (TList) i64 :merge (min old new))
+"""
+
+#: Constructors and the sorts of their arguments, as declared above.
+CONSTRUCTORS: dict[str, tuple[str, ...]] = {
+    "Input": ("i64",),
+    "Sl": ("T", "i64", "i64", "i64"),
+    "Squeeze": ("T", "i64"),
+    "Unsqueeze": ("T", "i64"),
+    "Cat": ("TList",),
+    "Unary": ("String", "T"),
+    "Binary": ("String", "T", "T"),
+    "Op": ("String", "TList"),
+    "Cons": ("T", "TList", "i64"),
+    "Nil": (),
+}
+
+#: The list dim used for argument lists of ``Op`` (never a real cat dim, so no cat rule applies).
+ARGS = -1
+
+Arg = Union["Term", int, str]
+
+
+class Term:
+    """An interned IR term: a constructor applied to terms and literals.
+
+    Terms are shared DAGs that get deep (a 600-block model is a 6,000-long chain), so each is
+    built once, hashes in O(1) and compares by identity.
+    """
+
+    __slots__ = ("op", "args", "_hash", "__weakref__")
+    _interned: "weakref.WeakValueDictionary[tuple[str, tuple[Arg, ...]], Term]" = weakref.WeakValueDictionary()
+    op: str
+    args: tuple[Arg, ...]
+
+    def __new__(cls, op: str, args: tuple[Arg, ...]) -> "Term":
+        key = (op, args)
+        term = cls._interned.get(key)
+        if term is None:
+            term = object.__new__(cls)
+            term.op, term.args, term._hash = op, args, hash(key)
+            cls._interned[key] = term
+        return term
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (Term, (self.op, self.args))
+
+    def __repr__(self) -> str:
+        return f"({self.op} {' '.join(map(repr, self.args))})" if self.args else f"({self.op})"
+
+
+def nil() -> Term:
+    return Term("Nil", ())
+
+
+def as_list(items: list[Term], dim: int) -> Term:
+    """A cons-list of ``items`` along ``dim`` (``ARGS`` for argument lists)."""
+    out = nil()
+    for item in reversed(items):
+        out = Term("Cons", (item, out, dim))
+    return out
+
+
+def from_list(lst: Term) -> tuple[list[Term], int]:
+    items, dim = [], ARGS
+    while lst.op == "Cons":
+        head, lst, dim = lst.args
+        items.append(head)
+    return items, dim
+
+
+def literal(value: Arg) -> str:
+    """egglog text for a literal argument."""
+    if isinstance(value, bool):
+        raise TypeError("booleans are not IR literals")
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        if '"' in value or "\\" in value:
+            raise ValueError(f"unsupported character in IR string {value!r}")
+        return f'"{value}"'
+    raise TypeError(f"not an IR literal: {value!r}")

@@ -1,0 +1,558 @@
+"""The op table: every supported FX target, its IR constructor, and the way back.
+
+Both translations read this module and nothing else about ops. A node is parsed by the entry
+its target maps to; an IR term is emitted by the entry its constructor (or its ``Op``/``Unary``/
+``Binary`` key) names. Calls the table does not know become opaque ``Op`` terms that reproduce
+the original call exactly.
+"""
+
+from __future__ import annotations
+
+import enum
+import inspect
+import operator
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.fx as fx
+import torch.nn.functional as F
+from torch.utils import _pytree as pytree
+
+from optimus_egg.ir import ARGS, Term, as_list
+
+
+class Kind(enum.Enum):
+    """What an op costs and which rules may touch it."""
+
+    VIEW = "view"  # never launches a kernel
+    MAYBE_VIEW = "maybe_view"  # a view or a copy; the node's metadata decides
+    POINTWISE = "pointwise"  # elementwise: Unary/Binary when shapes allow
+    KERNEL = "kernel"  # one launch, kept as it is
+    RANDOM = "random"  # draws random numbers: kept, and kept in order
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    kind: Kind
+    targets: tuple[Any, ...]  # torch callables, Tensor method names (str), ATen overloads
+
+
+def _ops(kind: Kind, spec: dict[str, Sequence[Any]]) -> list[OpDef]:
+    return [OpDef(name, kind, tuple(targets)) for name, targets in spec.items()]
+
+
+def _fn(*names: str) -> list[Any]:
+    """The torch-level callables and Tensor method names that spell one op."""
+    out: list[Any] = []
+    for name in names:
+        for ns in (torch, F, torch._C._nn, torch.special):
+            obj = getattr(ns, name, None)
+            if obj is not None and obj not in out:
+                out.append(obj)
+        if hasattr(torch.Tensor, name):
+            out.append(name)
+    return out
+
+
+_UNARY = ["relu", "sigmoid", "tanh", "neg", "negative", "exp", "exp2", "expm1", "log", "log1p",
+          "log2", "log10", "abs", "sqrt", "rsqrt", "reciprocal", "sin", "cos", "tan", "sign",
+          "floor", "ceil", "round", "trunc", "frac", "erf", "erfc", "square", "silu", "gelu",
+          "elu", "selu", "celu", "leaky_relu", "hardtanh", "relu6", "hardsigmoid", "hardswish",
+          "mish", "softplus", "softsign", "logsigmoid", "tanhshrink", "clamp", "clip",
+          "clamp_min", "clamp_max", "nan_to_num", "logit", "expit"]
+_BINARY = {"add": [operator.add, "__add__", "__radd__"], "sub": [operator.sub, "__sub__", "__rsub__"],
+           "mul": [operator.mul, "__mul__", "__rmul__"],
+           "div": [operator.truediv, "__truediv__", "__rtruediv__", "true_divide"],
+           "floordiv": [operator.floordiv, "floor_divide"], "pow": [operator.pow, "__pow__"],
+           "maximum": [], "minimum": [], "atan2": [], "hypot": [], "fmod": [], "remainder": []}
+
+OPS: list[OpDef] = [
+    *_ops(Kind.POINTWISE, {n: _fn(n) for n in _UNARY}),
+    *_ops(Kind.POINTWISE, {n: [*extra, *_fn(n)] for n, extra in _BINARY.items()}),
+    *_ops(Kind.VIEW, {n: _fn(n) for n in [
+        "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as",
+        "view_as", "unflatten", "movedim", "moveaxis", "squeeze", "unsqueeze", "detach", "alias",
+        "narrow", "select", "split", "split_with_sizes", "chunk", "unbind", "tensor_split",
+        "real", "imag", "diagonal"]}),
+    *_ops(Kind.MAYBE_VIEW, {n: _fn(n) for n in [
+        "reshape", "flatten", "contiguous", "to", "type", "float", "half", "double", "bfloat16",
+        "int", "long", "bool", "type_as"]}),
+    *_ops(Kind.KERNEL, {n: _fn(n) for n in [
+        "linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "einsum", "layer_norm",
+        "group_norm", "batch_norm", "softmax", "log_softmax", "sum", "mean", "amax", "amin",
+        "prod", "var", "std", "norm", "embedding", "embedding_bag", "clone", "where",
+        "masked_fill", "cat", "concat", "concatenate", "stack", "cumsum", "max", "min",
+        "argmax", "argmin", "topk", "sort", "gather", "index_select", "conv1d", "conv2d",
+        "scaled_dot_product_attention", "normalize", "cosine_similarity", "pad", "zeros_like",
+        "ones_like", "full_like", "empty_like", "sigmoid_", "one_hot"]}),
+    *_ops(Kind.RANDOM, {n: _fn(n) for n in [
+        "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
+        "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",
+        "multinomial", "normal", "poisson", "randperm", "rrelu"]}),
+]
+_BY_TARGET: dict[Any, OpDef] = {}
+for _op in OPS:
+    for _t in _op.targets:
+        _BY_TARGET.setdefault(_t, _op)
+# `x[i]`, `x[a:b]` on a tensor (the parser below), or a projection out of a multi-output op.
+_BY_TARGET[operator.getitem] = OpDef("getitem", Kind.VIEW, (operator.getitem,))
+
+
+def lookup(node: fx.Node) -> OpDef | None:
+    if node.op not in ("call_function", "call_method"):
+        return None
+    target = node.target
+    if isinstance(target, torch._ops.OpOverload):
+        target = target.overloadpacket
+    try:
+        return _BY_TARGET.get(target)
+    except TypeError:  # unhashable target
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Node metadata helpers
+
+
+def val(node: Any) -> Any:
+    """The fake value a Dynamo/AOT node carries."""
+    if not isinstance(node, fx.Node):
+        return node
+    meta = node.meta
+    return meta["val"] if "val" in meta else meta.get("example_value")
+
+
+def static_int(x: Any) -> int | None:
+    """``x`` as a Python int when it is one without guarding a symbolic size."""
+    if isinstance(x, bool):
+        return None
+    if isinstance(x, int):
+        return x
+    if isinstance(x, torch.SymInt):
+        return x.node.maybe_as_int()
+    return None
+
+
+def static_shape(t: Any) -> list[int | None] | None:
+    if not isinstance(t, torch.Tensor):
+        return None
+    return [static_int(s) for s in t.shape]
+
+
+def is_tensor_node(node: Any) -> bool:
+    return isinstance(node, fx.Node) and isinstance(val(node), torch.Tensor)
+
+
+def _norm_dim(dim: Any, rank: int) -> int | None:
+    d = static_int(dim)
+    if d is None or not -max(rank, 1) <= d < max(rank, 1):
+        return None
+    return d + rank if d < 0 else d
+
+
+def bind(node: fx.Node, *params: tuple[str, ...] | str, defaults: dict[str, Any] | None = None
+         ) -> dict[str, Any] | None:
+    """Bind a call's arguments to canonical parameter names, or None if they don't fit.
+
+    Each parameter is a name or a tuple of aliases (``split_size`` vs ``split_size_or_sections``);
+    the first alias is the canonical name.
+    """
+    names = [(p,) if isinstance(p, str) else p for p in params]
+    if len(node.args) > len(names):
+        return None
+    given = {aliases[0]: arg for aliases, arg in zip(names, node.args)}
+    for key, value in node.kwargs.items():
+        canon = next((a[0] for a in names if key in a), None)
+        if canon is None or canon in given:
+            return None
+        given[canon] = value
+    out = {**(defaults or {}), **given}
+    return out if all(a[0] in out for a in names) else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural parsers: the ops that become Sl / Squeeze / Unsqueeze / Cat.
+
+
+@dataclass(frozen=True)
+class Pieces:
+    """The outputs of a split-like node, each a view term of its input."""
+
+    items: tuple[Term, ...]
+
+
+def parse_split_like(node: fx.Node, term: Callable[[Any], Term | None]) -> Pieces | None:
+    """split / split_with_sizes / chunk / tensor_split: contiguous pieces in order along dim.
+
+    Piece lengths are read off the node's own fake outputs, so torch's rounding rules for chunk
+    and uneven splits never have to be re-derived here.
+    """
+    dim_default = {"dim": 0}
+    b = bind(node, ("input", "tensor", "self"), ("split_size", "split_size_or_sections", "chunks",
+                                                 "sections", "indices_or_sections", "split_sizes"),
+             "dim", defaults=dim_default)
+    outs = val(node)
+    x = b and b["input"]
+    if b is None or not is_tensor_node(x) or not isinstance(outs, (tuple, list)):
+        return None
+    src = term(x)
+    d = _norm_dim(b["dim"], val(x).dim())
+    if src is None or d is None:
+        return None
+    lengths = [static_int(o.shape[d]) for o in outs]
+    if any(n is None for n in lengths):
+        return None
+    start, items = 0, []
+    for n in lengths:
+        items.append(Term("Sl", (src, d, start, n)))
+        start += n
+    return Pieces(tuple(items))
+
+
+def parse_unbind(node: fx.Node, term: Callable[[Any], Term | None]) -> Pieces | None:
+    b = bind(node, ("input", "self"), "dim", defaults={"dim": 0})
+    outs = val(node)
+    if b is None or not is_tensor_node(b["input"]) or not isinstance(outs, (tuple, list)):
+        return None
+    src, d = term(b["input"]), _norm_dim(b["dim"], val(b["input"]).dim())
+    if src is None or d is None:
+        return None
+    return Pieces(tuple(Term("Squeeze", (Term("Sl", (src, d, i, 1)), d)) for i in range(len(outs))))
+
+
+def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    b = bind(node, ("input", "self"), "dim", "start", "length")
+    if b is None or not is_tensor_node(b["input"]):
+        return None
+    x = val(b["input"])
+    d = _norm_dim(b["dim"], x.dim())
+    start, length = static_int(b["start"]), static_int(b["length"])
+    if d is None or start is None or length is None:
+        return None
+    if start < 0:
+        size = static_int(x.shape[d])
+        if size is None:
+            return None
+        start += size
+    src = term(b["input"])
+    return None if src is None else Term("Sl", (src, d, start, length))
+
+
+def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    b = bind(node, ("input", "self"), "dim", "index")
+    if b is None or not is_tensor_node(b["input"]):
+        return None
+    x = val(b["input"])
+    d, i = _norm_dim(b["dim"], x.dim()), static_int(b["index"])
+    if d is None or i is None:
+        return None
+    if i < 0:
+        size = static_int(x.shape[d])
+        if size is None:
+            return None
+        i += size
+    src = term(b["input"])
+    return None if src is None else Term("Squeeze", (Term("Sl", (src, d, i, 1)), d))
+
+
+def parse_squeeze(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    b = bind(node, ("input", "self"), "dim")
+    if b is None or not is_tensor_node(b["input"]):
+        return None
+    x = val(b["input"])
+    d = _norm_dim(b["dim"], x.dim())
+    if d is None or static_int(x.shape[d]) != 1:
+        return None
+    src = term(b["input"])
+    return None if src is None else Term("Squeeze", (src, d))
+
+
+def parse_unsqueeze(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    b = bind(node, ("input", "self"), "dim")
+    if b is None or not is_tensor_node(b["input"]):
+        return None
+    d = _norm_dim(b["dim"], val(b["input"]).dim() + 1)
+    src = term(b["input"])
+    return None if src is None or d is None else Term("Unsqueeze", (src, d))
+
+
+def _cat_items(node: fx.Node, term: Callable[[Any], Term | None], extra_rank: int
+               ) -> tuple[list[Term], int] | None:
+    b = bind(node, ("tensors", "seq"), ("dim", "axis"), defaults={"dim": 0})
+    if b is None or not isinstance(b["tensors"], (list, tuple)) or not b["tensors"]:
+        return None
+    xs = b["tensors"]
+    if not all(is_tensor_node(x) for x in xs):
+        return None
+    vals = [val(x) for x in xs]
+    # torch.cat promotes mixed dtypes and skips legacy empty 1-D inputs: leave those alone.
+    if len({v.dtype for v in vals}) != 1 or len({v.dim() for v in vals}) != 1:
+        return None
+    d = _norm_dim(b["dim"], vals[0].dim() + extra_rank)
+    items = [term(x) for x in xs]
+    if d is None or any(t is None for t in items):
+        return None
+    return items, d
+
+
+def parse_cat(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    got = _cat_items(node, term, 0)
+    return None if got is None else Term("Cat", (as_list(got[0], got[1]),))
+
+
+def parse_stack(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    """A stack is a cat of unsqueezed pieces, so split/cat rules serve unbind/stack too."""
+    got = _cat_items(node, term, 1)
+    if got is None:
+        return None
+    items, d = got
+    return Term("Cat", (as_list([Term("Unsqueeze", (t, d)) for t in items], d),))
+
+
+def parse_getitem(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    """Basic indexing of a tensor: ints, step-1 slices, None and Ellipsis."""
+    x, index = node.args
+    if not is_tensor_node(x) or node.kwargs:
+        return None
+    index = index if isinstance(index, tuple) else (index,)
+    shape = static_shape(val(x))
+    cur = term(x)
+    if cur is None or shape is None:
+        return None
+    consumed = sum(1 for i in index if i is not None and i is not Ellipsis)
+    d = 0
+    for i in index:
+        if i is Ellipsis:
+            d = len(shape) - (consumed - _dims_before(index, i))
+            continue
+        if i is None:
+            cur = Term("Unsqueeze", (cur, d))
+            shape.insert(d, 1)
+            d += 1
+        elif isinstance(i, slice):
+            got = _slice_bounds(i, shape[d] if d < len(shape) else None)
+            if got is None:
+                return None
+            if got != "full":
+                start, length = got
+                cur = Term("Sl", (cur, d, start, length))
+                shape[d] = length
+            d += 1
+        elif static_int(i) is not None and d < len(shape):
+            k = static_int(i)
+            if k < 0:
+                if shape[d] is None:
+                    return None
+                k += shape[d]
+            cur = Term("Squeeze", (Term("Sl", (cur, d, k, 1)), d))
+            del shape[d]
+        else:
+            return None
+    return cur if shape == static_shape(val(node)) else None
+
+
+def _dims_before(index: tuple[Any, ...], marker: Any) -> int:
+    """Dims consumed by the index entries before ``marker`` (Ellipsis)."""
+    pos = next(k for k, j in enumerate(index) if j is marker)
+    return sum(1 for j in index[:pos] if j is not None)
+
+
+def _slice_bounds(s: slice, size: int | None) -> tuple[int, int] | str | None:
+    if s.step not in (None, 1) or not all(v is None or static_int(v) is not None
+                                         for v in (s.start, s.stop)):
+        return None
+    if s.start in (None, 0) and s.stop is None:
+        return "full"
+    if size is None:
+        start, stop = static_int(s.start) or 0, static_int(s.stop)
+        if start < 0 or stop is None or stop < start:
+            return None  # needs the (symbolic) size to resolve
+        return start, stop - start
+    start, stop, _ = slice(s.start, s.stop).indices(size)
+    return start, max(stop - start, 0)
+
+
+STRUCTURAL: dict[str, Callable[[fx.Node, Callable[[Any], Term | None]], Any]] = {
+    "split": parse_split_like, "split_with_sizes": parse_split_like, "chunk": parse_split_like,
+    "tensor_split": parse_split_like, "unbind": parse_unbind, "narrow": parse_narrow,
+    "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
+    "cat": parse_cat, "concat": parse_cat, "concatenate": parse_cat, "stack": parse_stack,
+    "getitem": parse_getitem,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Generic calls: a template with slots for node arguments, registered under a string key.
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+
+
+@dataclass
+class Call:
+    """A call with its FX-node arguments replaced by slots; emits the same call back."""
+
+    name: str
+    op: str  # "call_function" | "call_method"
+    target: Any
+    spec: Any  # pytree spec of (args, kwargs)
+    leaves: tuple[Any, ...]  # constants and Slots
+    cost: float
+    constructor: str  # "Op" | "Unary" | "Binary"
+
+    def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
+        leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
+        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        return graph.create_node(self.op, self.target, tuple(args), dict(kwargs))
+
+
+@dataclass
+class Registry:
+    """String keys for ``Op``/``Unary``/``Binary`` terms of one graph."""
+
+    calls: dict[str, Call] = field(default_factory=dict)
+    _by_identity: dict[tuple[Any, ...], str] = field(default_factory=dict)
+
+    def key(self, call: Call, shareable: bool) -> str:
+        identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
+                    tuple(repr(x) for x in call.leaves))
+        if shareable and identity in self._by_identity:
+            return self._by_identity[identity]
+        key = f"{call.name}#{len(self.calls)}"
+        self.calls[key] = call
+        if shareable:
+            self._by_identity[identity] = key
+        return key
+
+
+def template(node: fx.Node) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
+    """(spec, leaves with Slots, the node arguments in slot order)."""
+    leaves, spec = pytree.tree_flatten((list(node.args), dict(node.kwargs)))
+    inputs: list[fx.Node] = []
+    out = []
+    for leaf in leaves:
+        if isinstance(leaf, fx.Node):
+            out.append(Slot(len(inputs)))
+            inputs.append(leaf)
+        else:
+            out.append(leaf)
+    return spec, tuple(out), inputs
+
+
+def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
+    """Classify a call as Unary / Binary (elementwise, rules may move it) or a plain Op."""
+    spec, leaves, inputs = template(node)
+    out = val(node)
+    constructor = "Op"
+    if op is not None and op.kind is Kind.POINTWISE and isinstance(out, torch.Tensor):
+        shapes = [val(i).shape if is_tensor_node(i) else None for i in inputs]
+        if all(s is not None and _same_shape(s, out.shape) for s in shapes) and len(inputs) in (1, 2):
+            constructor = "Unary" if len(inputs) == 1 else "Binary"
+    name = op.name if op is not None else _target_name(node)
+    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor), inputs
+
+
+def _same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        sx, sy = static_int(x), static_int(y)
+        if sx is None or sy is None:
+            if not (isinstance(x, torch.SymInt) and isinstance(y, torch.SymInt)
+                    and x.node.expr == y.node.expr):
+                return False
+        elif sx != sy:
+            return False
+    return True
+
+
+def _target_name(node: fx.Node) -> str:
+    t = node.target
+    name = t if isinstance(t, str) else getattr(t, "__name__", None) or str(t)
+    return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
+
+
+def _cost(node: fx.Node, op: OpDef | None) -> float:
+    if op is None:
+        return 0.0 if node.target is operator.getitem else 1.0
+    if op.name == "getitem" and not is_tensor_node(node.args[0]):
+        return 0.0  # a projection out of a tuple
+    if op.kind is Kind.VIEW and op.name != "getitem":
+        return 0.0
+    if op.kind in (Kind.MAYBE_VIEW, Kind.VIEW):
+        return 0.0 if aliases_input(node) else 1.0
+    return 1.0
+
+
+def storage_key(t: Any) -> Any:
+    if not isinstance(t, torch.Tensor):
+        return None
+    try:
+        return torch.multiprocessing.reductions.StorageWeakRef(t.untyped_storage())
+    except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested) alias nothing we track
+        return None
+
+
+def aliases_input(node: fx.Node) -> bool:
+    out = storage_key(val(node))
+    return out is not None and any(storage_key(val(i)) == out for i in node.all_input_nodes)
+
+
+def is_inplace(node: fx.Node) -> bool:
+    """Does this call write to one of its arguments?"""
+    t = node.target
+    if node.op == "call_method":
+        return (t.endswith("_") and not t.startswith("__")) or t in (
+            "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ifloordiv__", "__ipow__",
+            "__iand__", "__ior__", "__ixor__", "__ilshift__", "__irshift__", "__setitem__")
+    if node.op != "call_function":
+        return False
+    if isinstance(t, torch._ops.OpOverload):
+        return any(a.alias_info is not None and a.alias_info.is_write for a in t._schema.arguments)
+    if t in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
+             operator.ifloordiv, operator.ipow, operator.iand, operator.ior, operator.ixor,
+             operator.ilshift, operator.irshift, operator.imatmul):
+        return True
+    if "out" in node.kwargs:
+        return True
+    name = getattr(t, "__name__", "")
+    if name.endswith("_") and not name.startswith("__"):
+        return True
+    if inspect.isfunction(t) and "inplace" in inspect.signature(t).parameters:
+        try:
+            return bool(inspect.signature(t).bind(*node.args, **node.kwargs).arguments.get("inplace"))
+        except TypeError:
+            return True
+    return node.kwargs.get("inplace") is True
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural emitters: the mirror image of the parsers above.
+
+
+def emit_structural(graph: fx.Graph, op: str, args: Sequence[Any]) -> fx.Node:
+    if op == "Sl":
+        x, d, s, n = args
+        return graph.call_function(torch.narrow, (x, d, s, n))
+    if op == "Select":  # Squeeze(Sl(x, d, i, 1), d)
+        x, d, i = args
+        return graph.call_function(torch.select, (x, d, i))
+    if op == "Squeeze":
+        x, d = args
+        return graph.call_function(torch.squeeze, (x, d))
+    if op == "Unsqueeze":
+        x, d = args
+        return graph.call_function(torch.unsqueeze, (x, d))
+    if op == "Cat":
+        items, d, stacked = args
+        return graph.call_function(torch.stack if stacked else torch.cat, (list(items), d))
+    raise KeyError(op)
+
+
+#: The constructors that never launch a kernel by themselves.
+FREE_CONSTRUCTORS = frozenset({"Input", "Sl", "Squeeze", "Unsqueeze", "Cons", "Nil"})
+__all__ = ["ARGS", "OPS", "Kind", "OpDef", "Registry", "Call", "Pieces", "lookup", "val"]

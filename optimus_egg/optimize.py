@@ -1,0 +1,196 @@
+"""The pipeline: FX → e-graph → saturate → extract → FX, with a report.
+
+``optimize`` never returns a wrong graph: the result is checked against the original's output
+shapes and dtypes, and any failure inside the optimizer returns the original graph with one
+warning (or raises, with ``strict=True`` or ``OPTIMUS_EGG_STRICT=1``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+import torch.fx as fx
+
+from optimus_egg import rewrites
+from optimus_egg.egraph import Budget, EGraph
+from optimus_egg.emit import Emitter
+from optimus_egg.extract import KernelCost, extract
+from optimus_egg.frontend import translate
+from optimus_egg.ir import Term
+from optimus_egg.optable import static_int, val
+
+log = logging.getLogger("optimus_egg")
+
+
+class OptimizerFallback(UserWarning):
+    """The optimizer failed on a graph and left it as it was."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``optimize`` and the backend accept. Defaults are the documented ones."""
+
+    families: tuple[str, ...] | None = None  # rule families; None = all
+    budget: Budget = field(default_factory=Budget)
+    strict: bool = False  # raise instead of falling back
+
+    @classmethod
+    def from_kwargs(cls, **kw: Any) -> "Options":
+        budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
+        valid = {"families", "strict", *budget_keys}
+        unknown = set(kw) - valid
+        if unknown:
+            raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
+        fams = kw.get("families")
+        if fams is not None:
+            fams = (fams,) if isinstance(fams, str) else tuple(fams)
+            for name in fams:
+                rewrites.family(name)  # raises with the valid names
+        budget = Budget(**{k: kw[k] for k in budget_keys if k in kw})
+        return cls(fams, budget, bool(kw.get("strict", False)))
+
+
+@dataclass
+class Report:
+    kernels_before: float = 0.0  # eager launches predicted by the cost model
+    kernels_after: float = 0.0
+    enodes: int = 0
+    eclasses: int = 0
+    iterations: int = 0
+    stop_reason: str = ""
+    rules_fired: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # per phase
+    fx_nodes: int = 0
+    opaque_nodes: int = 0
+    extractor: str = ""
+    fallback: str | None = None  # why the graph was left unchanged
+
+    @property
+    def total_seconds(self) -> float:
+        return sum(self.seconds.values())
+
+    def summary(self) -> str:
+        if self.fallback:
+            return f"optimus_egg: left the graph unchanged ({self.fallback})"
+        fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
+        return (f"optimus_egg: kernels {self.kernels_before:g} → {self.kernels_after:g}; "
+                f"e-graph {self.enodes} nodes / {self.eclasses} classes after {self.iterations} "
+                f"iterations ({self.stop_reason}); {self.total_seconds * 1e3:.0f} ms; rules: {fired or 'none'}")
+
+
+def _strict_from_env() -> bool:
+    return os.environ.get("OPTIMUS_EGG_STRICT", "") not in ("", "0")
+
+
+def optimize_graph(gm: fx.GraphModule, options: Options | None = None) -> tuple[fx.GraphModule, Report]:
+    """Optimize a graph whose nodes carry fake values (``val`` or ``example_value``)."""
+    options = options or Options()
+    report = Report()
+    try:
+        new_gm = _optimize(gm, options, report)
+    except Exception as exc:  # noqa: BLE001 - any failure falls back to the unoptimized graph
+        if options.strict or _strict_from_env():
+            raise
+        report.fallback = f"{type(exc).__name__}: {exc}"
+        warnings.warn(f"optimus_egg: optimization failed, using the unoptimized graph ({report.fallback})",
+                      OptimizerFallback, stacklevel=2)
+        log.warning("fallback: %s", report.fallback)
+        return gm, report
+    if os.environ.get("OPTIMUS_EGG_DEBUG"):
+        log.warning("%s", report.summary())
+    return new_gm, report
+
+
+def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphModule:
+    clock = time.perf_counter()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.perf_counter()
+        report.seconds[name] = report.seconds.get(name, 0.0) + now - clock
+        clock = now
+
+    tr = translate(gm)
+    report.fx_nodes, report.opaque_nodes = tr.nodes, tr.opaque
+    phase("translate")
+    egraph = EGraph(rewrites.families(options.families))
+    roots = [t for t in tr.outputs if isinstance(t, Term)]
+    extra = [tr.effects] if tr.effects is not None else []
+    names = egraph.add(roots + extra, tr.facts)
+    phase("build")
+    before = egraph.freeze()
+    cost = KernelCost(tr.registry)
+
+    def classes(frozen: Any) -> tuple[list[int], list[int]]:
+        return ([frozen.refs[names[t]] for t in roots], [frozen.refs[names[t]] for t in extra])
+
+    r0, e0 = classes(before)
+    report.kernels_before = extract(before, r0 + e0, cost).cost
+    phase("extract")
+    stats = egraph.saturate(options.budget)
+    report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
+    report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
+    phase("saturate")
+    frozen = egraph.freeze()
+    report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
+    r1, e1 = classes(frozen)
+    ex = extract(frozen, r1 + e1, cost)
+    report.kernels_after, report.extractor = ex.cost, ex.method
+    phase("extract")
+    new_gm = Emitter(gm, tr, frozen, ex).run(r1, e1[0] if e1 else None)
+    _check_outputs(gm, new_gm)
+    phase("emit")
+    return new_gm
+
+
+_ANALYSIS = {r.name for r in rewrites.family("analysis").rules}
+
+
+def _is_analysis(rule: str) -> bool:
+    return rule in _ANALYSIS or rule.startswith("unary-list")
+
+
+def _check_outputs(old: fx.GraphModule, new: fx.GraphModule) -> None:
+    """Same output structure, shapes and dtypes, or the rewrite is rejected."""
+    o_old, o_new = (list(g.graph.nodes)[-1].args[0] for g in (old, new))
+    leaves_old, spec_old = torch.utils._pytree.tree_flatten(o_old)
+    leaves_new, spec_new = torch.utils._pytree.tree_flatten(o_new)
+    if str(spec_old) != str(spec_new):
+        raise RuntimeError("rewritten graph has a different output structure")
+    for a, b in zip(leaves_old, leaves_new):
+        va, vb = val(a), val(b)
+        if isinstance(va, torch.Tensor):
+            if not isinstance(vb, torch.Tensor) or va.dtype != vb.dtype or va.dim() != vb.dim():
+                raise RuntimeError(f"rewritten output differs: {va} vs {vb}")
+            for x, y in zip(va.shape, vb.shape):
+                if str(x) != str(y) and static_int(x) != static_int(y):
+                    raise RuntimeError(f"rewritten output shape {tuple(vb.shape)} != {tuple(va.shape)}")
+
+
+def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:
+    """A GraphModule with fake values on every node, callable like ``model``."""
+    if isinstance(model, fx.GraphModule) and any(val(n) is not None for n in model.graph.nodes
+                                                 if n.op == "placeholder"):
+        return model
+    if isinstance(model, fx.GraphModule):
+        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+        FakeTensorProp(model).propagate(*example_inputs)
+        return model
+    gm, _ = torch._dynamo.export(model)(*example_inputs)
+    return gm
+
+
+def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any], **options: Any
+             ) -> tuple[fx.GraphModule, Report]:
+    """Return an equivalent GraphModule that runs eagerly, and what was done to it."""
+    opts = Options.from_kwargs(**options)
+    gm = capture(model, example_inputs)
+    return optimize_graph(gm, opts)

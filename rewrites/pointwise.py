@@ -1,0 +1,24 @@
+"""Elementwise ops commute with slicing and concatenation.
+
+``cat(relu(x[a]), relu(x[b])) → relu(x)``: relu moves out of the slices (one kernel on the whole
+tensor), the slices merge. Pulling an op out of a cat needs every piece to keep its dtype, so
+that the cat of the operands concatenates the same values (no promotion).
+"""
+
+from optimus_egg.rewrites import Derive, Rule
+
+DECLARATIONS = "(relation unary-list (TList String TList))"
+
+RULES = [
+    Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)"),
+    Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
+         ("(= m (size x d))", "(= m (size y d))")),
+    # unary-list l f m: the list l is f applied to each piece of m, dtypes unchanged.
+    Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
+                               "(= k (dtype (Unary f a)))"),
+           ("(unary-list l f (Cons a (Nil) d))",)),
+    Derive("unary-list-cons", ("(= l (Cons (Unary f a) r d))", "(unary-list r f m)",
+                               "(= k (dtype a))", "(= k (dtype (Unary f a)))"),
+           ("(unary-list l f (Cons a m d))",)),
+    Rule("unary-out-of-cat", "(Cat l)", "(Unary f (Cat m))", ("(unary-list l f m)",)),
+]
