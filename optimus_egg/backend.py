@@ -8,11 +8,15 @@ handled by the frontend's effect chain, and every node carries Dynamo's fake ``e
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Any, Sequence
 
 import torch.fx as fx
 
-from optimus_egg.optimize import Options, optimize_graph
+from optimus_egg.optimize import Options, Report, optimize_graph
+
+#: Reports of the most recent graphs this backend optimized, newest last.
+REPORTS: deque[Report] = deque(maxlen=64)
 
 
 def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
@@ -20,5 +24,6 @@ def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     from torch._inductor.compile_fx import compile_fx
 
     opts = Options.from_kwargs(**(options or {}))
-    new_gm, _ = optimize_graph(gm, opts)
+    new_gm, report = optimize_graph(gm, opts)
+    REPORTS.append(report)
     return compile_fx(new_gm, example_inputs)

@@ -11,8 +11,7 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-from torch._guards import detect_fake_mode
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
 from optimus_egg import optable
@@ -115,19 +114,19 @@ class Emitter:
         return new_gm
 
 
-def _fake_mode(graph: fx.Graph) -> FakeTensorMode:
-    vals = [val(n) for n in graph.nodes if n.op in ("placeholder", "get_attr")]
-    return detect_fake_mode([v for v in vals if isinstance(v, torch.Tensor)]) or FakeTensorMode(
-        allow_non_fake_inputs=True)
-
-
 def _propagate_meta(graph: fx.Graph) -> None:
     """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's."""
-    mode = _fake_mode(graph)
+    default = None
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method") or "val" in node.meta:
             continue
         args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
+        fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
+        if fakes:
+            mode = fakes[0].fake_mode
+        else:
+            default = default or FakeTensorMode(allow_non_fake_inputs=True)
+            mode = default
         with mode:
             if node.op == "call_method":
                 out = getattr(args[0], node.target)(*args[1:], **kwargs)

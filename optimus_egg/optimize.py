@@ -184,7 +184,7 @@ def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[An
 
         FakeTensorProp(model).propagate(*example_inputs)
         return model
-    gm, _ = torch._dynamo.export(model)(*example_inputs)
+    gm, _ = torch._dynamo.export(model, assume_static_by_default=True)(*example_inputs)
     return gm
 
 

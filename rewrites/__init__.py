@@ -19,12 +19,10 @@ class Rule:
     rhs: str
     when: tuple[str, ...] = ()
     covers: str = "new"  # the Optimus pass whose rewrite this rule performs, or "new"
-    subsume: bool = False  # the left side is never better than the right: drop it
 
     def egglog(self, ruleset: str) -> str:
         when = f" :when ({' '.join(self.when)})" if self.when else ""
-        sub = " :subsume" if self.subsume else ""
-        return f'(rewrite {self.lhs} {self.rhs}{sub}{when} :ruleset {ruleset} :name "{self.name}")'
+        return f'(rewrite {self.lhs} {self.rhs}{when} :ruleset {ruleset} :name "{self.name}")'
 
 
 @dataclass(frozen=True)

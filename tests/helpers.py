@@ -1,0 +1,47 @@
+"""Run a function before and after ``optimize`` on random inputs and compare."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from optimus_egg import Report, optimize
+from optimus_egg.counting import eager_launches
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, *args: Any) -> Any:
+        return self.fn(*args)
+
+
+def _like(t: torch.Tensor) -> torch.Tensor:
+    if t.dtype.is_floating_point:
+        return torch.randn_like(t)
+    return torch.randint_like(t, 0, 10)
+
+
+def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trials: int = 3,
+          **options: Any) -> tuple[Report, torch.fx.GraphModule]:
+    """The optimized graph computes what ``fn`` computes on ``inputs`` and fresh random inputs."""
+    model = fn if isinstance(fn, torch.nn.Module) else Fn(fn)
+    gm, report = optimize(model, inputs, **options)
+    assert report.fallback is None, report.fallback
+    for trial in range(trials):
+        args = inputs if trial == 0 else tuple(_like(t) for t in inputs)
+        expected, got = model(*args), gm(*args)
+        flat_e, flat_g = torch.utils._pytree.tree_leaves(expected), torch.utils._pytree.tree_leaves(got)
+        assert len(flat_e) == len(flat_g)
+        for e, g in zip(flat_e, flat_g):
+            assert e.shape == g.shape and e.dtype == g.dtype
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+    return report, gm
+
+
+def launches(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor) -> int:
+    model = fn if isinstance(fn, torch.nn.Module) else Fn(fn)
+    return eager_launches(model, *inputs)

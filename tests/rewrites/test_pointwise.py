@@ -1,0 +1,42 @@
+"""Pointwise ops move through split and cat."""
+
+import torch
+
+from tests.helpers import check, launches
+
+X = torch.randn(4, 16)
+
+
+def test_split_pointwise_per_piece_cat_is_one_pointwise():
+    for op in (torch.relu, torch.tanh, torch.sigmoid, torch.neg, torch.exp, torch.nn.functional.gelu,
+               lambda t: t * 2.0, lambda t: t - 1, lambda t: t.clamp(-1, 1)):
+        report, gm = check(lambda x: torch.cat([op(p) for p in torch.split(x, 4, 1)], 1), X)
+        assert report.kernels_after == 1 and launches(gm, X) == 1, report.summary()
+
+
+def test_cat_of_one_op_over_different_tensors_pulls_the_op_out():
+    a, b = torch.randn(4, 3), torch.randn(4, 5)
+    report, gm = check(lambda a, b: torch.cat([torch.tanh(a), torch.tanh(b)], 1), a, b)
+    assert report.rules_fired["unary-out-of-cat"] > 0 and launches(gm, a, b) == 2
+
+
+def test_binary_same_shape_through_slices():
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    fn = lambda a, b: torch.cat([p + q for p, q in zip(a.split(2, 1), b.split(2, 1))], 1)
+    report, gm = check(fn, a, b)
+    assert report.rules_fired["binary-out-of-slice"] > 0 and launches(gm, a, b) == 1
+
+
+def test_different_ops_per_piece_are_not_merged():
+    report, gm = check(lambda x: torch.cat([torch.relu(x[:, :8]), torch.tanh(x[:, 8:])], 1), X)
+    assert launches(gm, X) == 3
+
+
+def test_dtype_changing_op_is_not_pulled_out_of_cat():
+    a, b = torch.randint(0, 3, (4, 3)), torch.randint(0, 3, (4, 3))
+    check(lambda a, b: torch.cat([torch.sigmoid(a), torch.sigmoid(b)], 1), a, b)
+
+
+def test_broadcasting_binary_is_kept():
+    x, bias = torch.randn(4, 8), torch.randn(8)
+    check(lambda x, bias: torch.cat([p + bias[:4] for p in x.split(4, 1)], 1), x, bias)

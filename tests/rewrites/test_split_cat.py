@@ -1,0 +1,99 @@
+"""Each split/cat rule: the graph before and after on random inputs, and its must-not-fire cases."""
+
+import torch
+
+from tests.helpers import check, launches
+
+X = torch.randn(4, 12)
+
+
+def test_cat_of_all_split_pieces_is_the_input():
+    report, gm = check(lambda x: torch.cat(torch.split(x, 4, 1), 1) * 2, X)
+    assert report.rules_fired["cat-adjacent-slices"] > 0 and report.rules_fired["slice-full"] > 0
+    assert launches(gm, X) == 1  # only the mul remains
+
+
+def test_all_call_forms_of_split():
+    fns = [lambda x: torch.cat(x.split([4, 8], dim=-1), -1) + 1,
+           lambda x: torch.cat(torch.chunk(x, 3, dim=1), dim=1) + 1,
+           lambda x: torch.cat(x.split_with_sizes([5, 7], 1), 1) + 1,
+           lambda x: torch.cat(torch.tensor_split(x, 3, dim=1), 1) + 1,
+           lambda x: torch.cat([x[:, :3], x[:, 3:7], x[:, 7:]], 1) + 1,
+           lambda x: torch.cat([x.narrow(1, 0, 6), x.narrow(-1, 6, 6)], dim=1) + 1]
+    for fn in fns:
+        report, gm = check(fn, X)
+        assert launches(gm, X) == 1, report.summary()
+
+
+def test_contiguous_run_of_pieces_becomes_one_slice():
+    report, gm = check(lambda x: torch.cat(torch.split(x, 3, 1)[1:3], 1) + 1, X)
+    assert report.kernels_after == 1 and launches(gm, X) == 1
+
+
+def test_split_of_cat_along_the_same_boundaries_is_the_parts():
+    a, b = torch.randn(4, 5), torch.randn(4, 7)
+    report, gm = check(lambda a, b: [p * 2 for p in torch.split(torch.cat([a, b], 1), [5, 7], 1)], a, b)
+    assert report.rules_fired["slice-of-cat-head"] > 0
+    assert launches(gm, a, b) == 2  # the two muls; the cat is gone
+
+
+def test_split_of_a_split_piece_is_one_split():
+    report, gm = check(lambda x: torch.cat([torch.split(torch.split(x, 6, 1)[1], 2, 1)[0], x[:, 8:]], 1) + 1, X)
+    assert report.rules_fired["slice-of-slice"] > 0 and launches(gm, X) == 1
+
+
+def test_unbind_then_stack_and_stack_then_unbind():
+    y = torch.randn(4, 5, 3)
+    report, gm = check(lambda y: torch.stack(torch.unbind(y, 1), 1) + 1, y)
+    assert report.rules_fired["unsqueeze-squeeze"] > 0 and launches(gm, y) == 1
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    report, gm = check(lambda a, b: [t + 1 for t in torch.unbind(torch.stack([a, b], 0), 0)], a, b)
+    assert report.rules_fired["squeeze-unsqueeze"] > 0 and launches(gm, a, b) == 2
+
+
+def test_getitem_of_a_split_is_a_slice_view():
+    report, gm = check(lambda x: x.split(4, 1)[2] + 1, X)
+    assert launches(gm, X) == 1
+
+
+def test_cat_single_piece():
+    report, gm = check(lambda x: torch.cat([x], 1) + 1, X)
+    assert report.rules_fired["cat-single"] > 0 and launches(gm, X) == 1
+
+
+# ---- must not fire: the values stay right and the cat stays -----------------------------------
+
+def test_reordered_pieces_are_not_the_input():
+    report, gm = check(lambda x: torch.cat(torch.split(x, 4, 1)[::-1], 1), X)
+    assert launches(gm, X) == 1  # the cat is still there
+
+
+def test_pieces_concatenated_along_another_dim():
+    y = torch.randn(4, 4)
+    report, gm = check(lambda y: torch.cat(torch.split(y, 2, 1), 0), y)
+    assert launches(gm, y) == 1
+
+
+def test_uneven_and_size_one_and_negative_dim_splits():
+    x = torch.randn(4, 10)
+    check(lambda x: torch.cat(torch.split(x, 4, -1)[:2], -1), x)  # sizes 4, 4, 2: a prefix
+    check(lambda x: torch.cat([torch.split(x, 4, -1)[0], torch.split(x, 4, -1)[2]], -1), x)  # a gap
+    report, gm = check(lambda x: torch.cat(torch.split(x, 1, 0), 0) + 1, x)
+    assert launches(gm, x) == 1
+    check(lambda x: torch.cat(torch.split(x, 10, 1), 1) + 1, x)  # one piece
+
+
+def test_gap_between_pieces_keeps_the_cat():
+    report, gm = check(lambda x: torch.cat([x[:, 0:3], x[:, 4:8]], 1), X)
+    assert launches(gm, X) == 1
+
+
+def test_stack_on_another_dim_than_unbind_is_not_the_input():
+    y = torch.randn(2, 3, 4)
+    report, gm = check(lambda y: torch.stack(torch.unbind(y, 1), 0), y)
+    assert launches(gm, y) == 1  # a real transpose-copy remains
+
+
+def test_mixed_dtype_cat_is_left_alone():
+    a, b = torch.randn(4, 3), torch.randint(0, 5, (4, 3))
+    check(lambda a, b: torch.cat([a.relu(), b.relu()], 1), a, b)
