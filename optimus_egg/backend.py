@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import torch.fx as fx
 
-from optimus_egg.optimize import Options, Report, optimize_graph
+from optimus_egg.pipeline import Options, Report, optimize_graph
 
 #: Reports of the most recent graphs this backend optimized, newest last.
 REPORTS: deque[Report] = deque(maxlen=64)

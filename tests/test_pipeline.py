@@ -1,0 +1,79 @@
+"""The Python API: report contents, fallback with one warning, strict mode."""
+
+import warnings
+
+import pytest
+import torch
+
+import optimus_egg
+from optimus_egg import OptimizerFallback, optimize
+from optimus_egg.counting import eager_launches
+from optimus_egg.bench.models import chain
+from tests.helpers import Fn
+
+
+def test_report_and_cost_model_match_measured_launches():
+    model, inputs = chain(6)()
+    gm, report = optimize(model, inputs)
+    assert report.kernels_before == eager_launches(model, *inputs)
+    assert report.kernels_after == eager_launches(gm, *inputs)
+    clean, _ = chain(6, clean=True)()
+    assert report.kernels_after == eager_launches(clean, *inputs)  # the floor
+    assert report.rules_fired and report.enodes > 0 and report.iterations > 0
+    assert set(report.seconds) >= {"translate", "build", "saturate", "extract", "emit"}
+    torch.testing.assert_close(gm(*inputs), model(*inputs))
+
+
+def test_failure_falls_back_with_one_warning(lenient, monkeypatch):
+    import optimus_egg.pipeline as opt
+
+    def boom(*a, **k):
+        raise ValueError("injected")
+
+    monkeypatch.setattr(opt, "translate", boom)
+    model = Fn(lambda x: torch.cat(torch.split(x, 2, 1), 1))
+    x = torch.randn(2, 4)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        gm, report = optimize(model, (x,))
+    ours = [w for w in caught if issubclass(w.category, OptimizerFallback)]
+    assert len(ours) == 1 and "injected" in str(ours[0].message)
+    assert report.fallback and "ValueError" in report.fallback
+    torch.testing.assert_close(gm(x), model(x))
+
+
+def test_strict_raises(monkeypatch):
+    import optimus_egg.pipeline as opt
+
+    monkeypatch.setattr(opt, "translate", lambda gm: (_ for _ in ()).throw(ValueError("injected")))
+    with pytest.raises(ValueError, match="injected"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), strict=True)
+
+
+def test_unknown_option_and_family_are_clear_errors():
+    with pytest.raises(TypeError, match="valid"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), budgt=3)
+    with pytest.raises(ValueError, match="split_cat"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), families=["nope"])
+
+
+def test_families_select_rules():
+    model = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1))
+    x = torch.randn(2, 8)
+    _, only_split = optimize(model, (x,), families=["split_cat"])
+    _, both = optimize(model, (x,))
+    assert both.kernels_after < only_split.kernels_after
+    assert not any(r.startswith("unary") for r in only_split.rules_fired)
+
+
+def test_output_that_becomes_an_input_is_copied():
+    model = Fn(lambda x: torch.cat(torch.split(x, 2, 1), 1))
+    x = torch.randn(2, 4)
+    gm, _ = optimize(model, (x,))
+    out = gm(x)
+    assert out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(out, x)
+
+
+def test_public_api():
+    assert callable(optimus_egg.optimize) and callable(optimus_egg.optimize_graph)
