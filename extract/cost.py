@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from optimus_egg.egraph import ENode
+from optimus_egg.ir import Term
 from optimus_egg.optable import FREE_CONSTRUCTORS, Registry
 
 
@@ -23,8 +24,24 @@ class KernelCost:
         self.registry = registry
 
     def __call__(self, node: ENode) -> float:
-        if node.op in FREE_CONSTRUCTORS:
+        return self.of(node.op, node.children)
+
+    def of(self, op: str, args: tuple[Any, ...]) -> float:
+        if op in FREE_CONSTRUCTORS:
             return 0.0
-        if node.op == "Cat":
+        if op == "Cat":
             return 1.0
-        return self.registry.calls[node.children[0]].cost  # Unary / Binary / Op: by key
+        return self.registry.calls[args[0]].cost  # Unary / Binary / Op: by key
+
+    def of_terms(self, roots: list[Term]) -> float:
+        """The cost of a term DAG as the frontend built it (each distinct term once)."""
+        seen: set[Term] = set()
+        stack, total = list(roots), 0.0
+        while stack:
+            t = stack.pop()
+            if t in seen:
+                continue
+            seen.add(t)
+            total += self.of(t.op, t.args)
+            stack.extend(a for a in t.args if isinstance(a, Term))
+        return total

@@ -65,7 +65,7 @@ class Report:
     eclasses: int = 0
     iterations: int = 0
     stop_reason: str = ""
-    rules_fired: dict[str, int] = field(default_factory=dict)
+    rules_fired: dict[str, int] = field(default_factory=dict)  # matches per rewrite rule
     seconds: dict[str, float] = field(default_factory=dict)  # per phase
     fx_nodes: int = 0
     opaque_nodes: int = 0
@@ -125,26 +125,20 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     extra = [tr.effects] if tr.effects is not None else []
     names = egraph.add(roots + extra, tr.facts)
     phase("build")
-    before = egraph.freeze()
     cost = KernelCost(tr.registry)
-
-    def classes(frozen: Any) -> tuple[list[int], list[int]]:
-        return ([frozen.refs[names[t]] for t in roots], [frozen.refs[names[t]] for t in extra])
-
-    r0, e0 = classes(before)
-    report.kernels_before = extract(before, r0 + e0, cost).cost
-    phase("extract")
+    report.kernels_before = cost.of_terms(roots + extra)
     stats = egraph.saturate(options.budget)
     report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
     report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
     phase("saturate")
     frozen = egraph.freeze()
     report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
-    r1, e1 = classes(frozen)
-    ex = extract(frozen, r1 + e1, cost)
+    out_classes = [frozen.refs[names[t]] for t in roots]
+    effect_class = frozen.refs[names[tr.effects]] if tr.effects is not None else None
+    ex = extract(frozen, out_classes + ([effect_class] if effect_class is not None else []), cost)
     report.kernels_after, report.extractor = ex.cost, ex.method
     phase("extract")
-    new_gm = Emitter(gm, tr, frozen, ex).run(r1, e1[0] if e1 else None)
+    new_gm = Emitter(gm, tr, frozen, ex).run(out_classes, effect_class)
     _check_outputs(gm, new_gm)
     phase("emit")
     return new_gm
