@@ -222,30 +222,14 @@ def parse_unbind(node: fx.Node, term: Callable[[Any], Term | None]) -> Pieces | 
     return Pieces(tuple(Term("Squeeze", (Term("Sl", (src, d, i, 1)), d)) for i in range(len(outs))))
 
 
-def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    b = bind(node, ("input", "self"), "dim", "start", "length")
+def _slice_start(node: fx.Node, term: Callable[[Any], Term | None], index_name: str
+                 ) -> tuple[Term, int, int] | None:
+    """(source term, dim, non-negative start) of narrow/select; a negative start needs a static size."""
+    b = bind(node, ("input", "self"), "dim", index_name, *(("length",) if index_name == "start" else ()))
     if b is None or not is_tensor_node(b["input"]):
         return None
     x = val(b["input"])
-    d = _norm_dim(b["dim"], x.dim())
-    start, length = static_int(b["start"]), static_int(b["length"])
-    if d is None or start is None or length is None:
-        return None
-    if start < 0:
-        size = static_int(x.shape[d])
-        if size is None:
-            return None
-        start += size
-    src = term(b["input"])
-    return None if src is None else Term("Sl", (src, d, start, length))
-
-
-def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    b = bind(node, ("input", "self"), "dim", "index")
-    if b is None or not is_tensor_node(b["input"]):
-        return None
-    x = val(b["input"])
-    d, i = _norm_dim(b["dim"], x.dim()), static_int(b["index"])
+    d, i = _norm_dim(b["dim"], x.dim()), static_int(b[index_name])
     if d is None or i is None:
         return None
     if i < 0:
@@ -254,7 +238,25 @@ def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | No
             return None
         i += size
     src = term(b["input"])
-    return None if src is None else Term("Squeeze", (Term("Sl", (src, d, i, 1)), d))
+    return None if src is None else (src, d, i)
+
+
+def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    got = _slice_start(node, term, "start")
+    b = bind(node, ("input", "self"), "dim", "start", "length")
+    length = static_int(b["length"]) if b else None
+    if got is None or length is None:
+        return None
+    src, d, start = got
+    return Term("Sl", (src, d, start, length))
+
+
+def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    got = _slice_start(node, term, "index")
+    if got is None:
+        return None
+    src, d, i = got
+    return Term("Squeeze", (Term("Sl", (src, d, i, 1)), d))
 
 
 def parse_squeeze(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
