@@ -91,3 +91,17 @@ def test_options_are_validated():
     torch._dynamo.reset()
     with pytest.raises(Exception, match="valid"):
         torch.compile(lambda x: x + 1, backend="optimus_egg", options={"nope": 1})(torch.randn(2))
+
+
+def test_out_argument_writes_are_kept():
+    def fn(x, buf):
+        torch.mul(torch.cat(torch.split(x, 2, 1), 1), 2, out=buf)
+        return torch.cat([buf[:, :2], buf[:, 2:]], 1) + 1
+
+    torch._dynamo.reset()
+    x = torch.randn(3, 4)
+    b_ref, b_opt = torch.zeros(3, 4), torch.zeros(3, 4)
+    ref = fn(x, b_ref)
+    out = torch.compile(fn, backend="optimus_egg")(x, b_opt)
+    torch.testing.assert_close(out, ref)
+    torch.testing.assert_close(b_opt, b_ref)
