@@ -86,7 +86,7 @@ OPS: list[OpDef] = [
         "masked_fill", "cat", "concat", "concatenate", "stack", "cumsum", "max", "min",
         "argmax", "argmin", "topk", "sort", "gather", "index_select", "conv1d", "conv2d",
         "scaled_dot_product_attention", "normalize", "cosine_similarity", "pad", "zeros_like",
-        "ones_like", "full_like", "empty_like", "sigmoid_", "one_hot"]}),
+        "ones_like", "full_like", "empty_like", "one_hot"]}),
     *_ops(Kind.RANDOM, {n: _fn(n) for n in [
         "dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout",
         "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",

@@ -11,7 +11,6 @@ import logging
 import os
 import time
 import warnings
-from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
