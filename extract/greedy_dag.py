@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract.cost import CostModel
+from optimus_egg.ir import CONSTRUCTORS
 
 #: Added to every node so that among equal kernel counts the smaller graph wins and zero-cost
 #: cycles (x = Sl(x, d, 0, n)) are never chosen.
@@ -28,8 +29,6 @@ class Extraction:
 
 def _class_kids(graph: Frozen, n: int) -> list[int]:
     node = graph.nodes[n]
-    from optimus_egg.ir import CONSTRUCTORS
-
     return [c for s, c in zip(CONSTRUCTORS[node.op], node.children) if s in ("T", "TList")]
 
 

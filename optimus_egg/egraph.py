@@ -64,7 +64,8 @@ class EGraph:
         self._eg = bindings.EGraph()
         rules = [r.egglog(RULESET) for fam in families for r in fam.rules]
         decls = [fam.declarations for fam in families if fam.declarations]
-        self._run(DECLARATIONS, "(constructor Ref (i64) T)", "(constructor LRef (i64) TList)", *decls, f"(ruleset {RULESET})", *rules)
+        refs = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see add()
+        self._run(DECLARATIONS, *refs, *decls, f"(ruleset {RULESET})", *rules)
         self._ids: dict[Term, int] = {}
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
 
@@ -110,16 +111,21 @@ class EGraph:
             self._counts[term.op] += 1
         return self._ids[root]
 
+    def _sizes(self) -> dict[str, int]:
+        """Rows per table."""
+        return dict(self._run("(print-size)")[0].sizes)
+
     def _check_rows(self) -> None:
-        """egglog 13.2 can silently merge distinct let-bound terms; never build on such a graph."""
-        sizes = dict(self._run("(print-size)")[0].sizes)
+        """egglog 13.2 can silently merge distinct terms that differ in literals (seen with
+        let-bound terms); never optimize on a graph that lost one."""
+        sizes = self._sizes()
         for op, expected in self._counts.items():
             if sizes.get(op, 0) != expected:
                 raise RuntimeError(f"egglog kept {sizes.get(op, 0)} {op} rows for {expected} distinct "
                                    "terms (engine bug); refusing to optimize this graph")
 
     def enode_count(self) -> int:
-        sizes = dict(self._run("(print-size)")[0].sizes)
+        sizes = self._sizes()
         return sum(sizes.get(op, 0) for op in CONSTRUCTORS)
 
     def saturate(self, budget: Budget) -> SaturationStats:

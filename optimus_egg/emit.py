@@ -18,7 +18,6 @@ from optimus_egg import optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.frontend import Translation
-from optimus_egg.ir import CONSTRUCTORS
 from optimus_egg.optable import storage_key, val
 
 
@@ -28,6 +27,7 @@ class Emitter:
         self.graph = fx.Graph()
         self.graph._codegen = copy.copy(gm.graph._codegen)
         self.done: dict[int, fx.Node] = {}
+        self._forms: dict[int, tuple[str, list[int], tuple[Any, ...]]] = {}
 
     def node_of(self, cls: int) -> Any:
         return self.eg.nodes[self.ex.choice[cls]]
@@ -41,15 +41,40 @@ class Emitter:
             node = self.node_of(tail)
         return items, dim
 
-    def deps(self, cls: int) -> list[int]:
+    def form(self, cls: int) -> tuple[str, list[int], tuple[Any, ...]]:
+        """How a class is written back: (form, the classes it reads, literal arguments).
+
+        Forms are the structural calls of ``optable.STRUCTURAL_CALLS``, ``Input`` and ``Call``
+        (a registry key). ``Squeeze(Sl(x, d, i, 1), d)`` reads as ``select`` and a cat of pieces
+        unsqueezed on its dim as ``stack``, so the inner view is never emitted on its own.
+        """
+        if cls in self._forms:
+            return self._forms[cls]
         node = self.node_of(cls)
-        out = []
-        for sort, child in zip(CONSTRUCTORS[node.op], node.children):
-            if sort == "T":
-                out.append(child)
-            elif sort == "TList":
-                out.extend(self.list_items(child)[0])
-        return out
+        op, kids = node.op, node.children
+        if op == "Input":
+            got: tuple[str, list[int], tuple[Any, ...]] = ("Input", [], kids)
+        elif op in ("Sl", "Unsqueeze"):
+            got = (op, [kids[0]], kids[1:])
+        elif op == "Squeeze":
+            inner = self.node_of(kids[0])
+            if inner.op == "Sl" and inner.children[1] == kids[1] and inner.children[3] == 1:
+                got = ("Select", [inner.children[0]], (kids[1], inner.children[2]))
+            else:
+                got = ("Squeeze", [kids[0]], kids[1:])
+        elif op == "Cat":
+            items, dim = self.list_items(kids[0])
+            inner = [self.node_of(i) for i in items]
+            if all(n.op == "Unsqueeze" and n.children[1] == dim for n in inner):
+                got = ("Stack", [n.children[0] for n in inner], (dim,))
+            else:
+                got = ("Cat", items, (dim,))
+        elif op == "Op":
+            got = ("Call", self.list_items(kids[1])[0], kids[:1])
+        else:  # Unary / Binary
+            got = ("Call", list(kids[1:]), kids[:1])
+        self._forms[cls] = got
+        return got
 
     def emit_class(self, root: int) -> fx.Node:
         stack = [(root, False)]
@@ -57,7 +82,7 @@ class Emitter:
             cls, ready = stack.pop()
             if cls in self.done:
                 continue
-            pending = [d for d in self.deps(cls) if d not in self.done]
+            pending = [d for d in self.form(cls)[1] if d not in self.done]
             if pending and not ready:
                 stack.append((cls, True))
                 stack.extend((d, False) for d in reversed(pending))
@@ -66,35 +91,15 @@ class Emitter:
         return self.done[root]
 
     def _emit_one(self, cls: int) -> fx.Node:
-        node = self.node_of(cls)
-        op, kids = node.op, node.children
-        g, done = self.graph, self.done
-        if op == "Input":
-            return self.inputs[kids[0]]
-        if op == "Sl":
-            return optable.emit_structural(g, "Sl", (done[kids[0]], *kids[1:]))
-        if op == "Squeeze":
-            inner = self.node_of(kids[0])
-            if inner.op == "Sl" and inner.children[1] == kids[1] and inner.children[3] == 1:
-                src = self.emit_class(inner.children[0])
-                return optable.emit_structural(g, "Select", (src, kids[1], inner.children[2]))
-            return optable.emit_structural(g, "Squeeze", (done[kids[0]], kids[1]))
-        if op == "Unsqueeze":
-            return optable.emit_structural(g, "Unsqueeze", (done[kids[0]], kids[1]))
-        if op == "Cat":
-            items, dim = self.list_items(kids[0])
-            inner = [self.node_of(i) for i in items]
-            if all(n.op == "Unsqueeze" and n.children[1] == dim for n in inner):
-                parts = [self.emit_class(n.children[0]) for n in inner]
-                return optable.emit_structural(g, "Cat", (parts, dim, True))
-            return optable.emit_structural(g, "Cat", ([done[i] for i in items], dim, False))
-        call = self.tr.registry.calls[kids[0]]
-        if op == "Op":
-            args = [done[i] for i in self.list_items(kids[1])[0]]
-        else:
-            args = [done[k] for k in kids[1:]]
-        n_slots = sum(isinstance(x, optable.Slot) for x in call.leaves)
-        return call.emit(g, args[:n_slots])  # anything after the slots is an effect token
+        form, reads, literals = self.form(cls)
+        inputs = [self.done[c] for c in reads]
+        if form == "Input":
+            return self.inputs[literals[0]]
+        if form == "Call":
+            call = self.tr.registry.calls[literals[0]]
+            n_slots = sum(isinstance(x, optable.Slot) for x in call.leaves)
+            return call.emit(self.graph, inputs[:n_slots])  # anything after the slots is an effect token
+        return optable.emit_structural(self.graph, form, inputs, literals)
 
     def run(self, root_classes: list[int], effect_class: int | None) -> fx.GraphModule:
         self.inputs = []
@@ -104,7 +109,7 @@ class Emitter:
             self.inputs.append(new)
         if effect_class is not None:
             self.emit_class(effect_class)
-        outs = iter(self.emit_class(c) for c in root_classes)
+        outs = iter([self.emit_class(c) for c in root_classes])
         leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
         _propagate_meta(self.graph)
         leaves = _keep_aliasing(self.graph, self.tr, leaves)
@@ -116,31 +121,28 @@ class Emitter:
 
 def _propagate_meta(graph: fx.Graph) -> None:
     """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's."""
-    default = None
+    no_inputs_mode = FakeTensorMode(allow_non_fake_inputs=True)  # for nodes that read no fake value
     for node in graph.nodes:
-        if node.op not in ("call_function", "call_method") or "val" in node.meta:
-            continue
-        args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
-        fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
-        if fakes:
-            mode = fakes[0].fake_mode
+        if node.op in ("call_function", "call_method") and "val" not in node.meta:
+            _fake_run(node, no_inputs_mode)
+
+
+def _fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None) -> None:
+    args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
+    fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
+    with fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)):
+        if node.op == "call_method":
+            out = getattr(args[0], node.target)(*args[1:], **kwargs)
         else:
-            default = default or FakeTensorMode(allow_non_fake_inputs=True)
-            mode = default
-        with mode:
-            if node.op == "call_method":
-                out = getattr(args[0], node.target)(*args[1:], **kwargs)
-            else:
-                out = node.target(*args, **kwargs)
-        node.meta["val"] = node.meta["example_value"] = out
+            out = node.target(*args, **kwargs)
+    node.meta["val"] = node.meta["example_value"] = out
 
 
 def _keep_aliasing(graph: fx.Graph, tr: Translation, leaves: list[Any]) -> list[Any]:
     """An output that was a fresh tensor must not become an alias of an input or another output
     (``cat(split(x)) → x`` returned to the user): copy it. The reverse cannot be repaired."""
     old_out = [val(tr.origin.get(x)) if isinstance(x, optable.Term) else None for x in tr.outputs]
-    inputs = {storage_key(val(n)) for n in graph.nodes if n.op in ("placeholder", "get_attr")} - {None}
-    old_inputs = {storage_key(val(n)) for n in tr.inputs} - {None}
+    inputs = {storage_key(val(n)) for n in tr.inputs} - {None}  # the new placeholders share these values
     seen: set[Any] = set()
     old_seen: set[Any] = set()
     out = []
@@ -149,11 +151,11 @@ def _keep_aliasing(graph: fx.Graph, tr: Translation, leaves: list[Any]) -> list[
             out.append(new)
             continue
         was = storage_key(old) if old is not None else None
-        was_alias = was is not None and (was in old_inputs or was in old_seen)
+        was_alias = was is not None and (was in inputs or was in old_seen)
         key = storage_key(val(new))
         if not was_alias and (key in inputs or key in seen):
             new = graph.call_function(torch.clone, (new,))
-            _propagate_meta(graph)
+            _fake_run(new)
             key = storage_key(val(new))
         old_seen.add(was)
         seen.add(key)

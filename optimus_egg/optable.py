@@ -97,7 +97,7 @@ for _op in OPS:
     for _t in _op.targets:
         _BY_TARGET.setdefault(_t, _op)
 # `x[i]`, `x[a:b]` on a tensor (the parser below), or a projection out of a multi-output op.
-_BY_TARGET[operator.getitem] = OpDef("getitem", Kind.VIEW, (operator.getitem,))
+_BY_TARGET[operator.getitem] = OpDef("getitem", Kind.MAYBE_VIEW, (operator.getitem,))
 
 
 def lookup(node: fx.Node) -> OpDef | None:
@@ -189,16 +189,14 @@ def parse_split_like(node: fx.Node, term: Callable[[Any], Term | None]) -> Piece
     Piece lengths are read off the node's own fake outputs, so torch's rounding rules for chunk
     and uneven splits never have to be re-derived here.
     """
-    dim_default = {"dim": 0}
     b = bind(node, ("input", "tensor", "self"), ("split_size", "split_size_or_sections", "chunks",
                                                  "sections", "indices_or_sections", "split_sizes"),
-             "dim", defaults=dim_default)
+             "dim", defaults={"dim": 0})
     outs = val(node)
-    x = b and b["input"]
-    if b is None or not is_tensor_node(x) or not isinstance(outs, (tuple, list)):
+    if b is None or not is_tensor_node(b["input"]) or not isinstance(outs, (tuple, list)):
         return None
-    src = term(x)
-    d = _norm_dim(b["dim"], val(x).dim())
+    src = term(b["input"])
+    d = _norm_dim(b["dim"], val(b["input"]).dim())
     if src is None or d is None:
         return None
     lengths = [static_int(o.shape[d]) for o in outs]
@@ -222,14 +220,15 @@ def parse_unbind(node: fx.Node, term: Callable[[Any], Term | None]) -> Pieces | 
     return Pieces(tuple(Term("Squeeze", (Term("Sl", (src, d, i, 1)), d)) for i in range(len(outs))))
 
 
-def _slice_start(node: fx.Node, term: Callable[[Any], Term | None], index_name: str
+def _slice_start(b: dict[str, Any] | None, term: Callable[[Any], Term | None], key: str
                  ) -> tuple[Term, int, int] | None:
-    """(source term, dim, non-negative start) of narrow/select; a negative start needs a static size."""
-    b = bind(node, ("input", "self"), "dim", index_name, *(("length",) if index_name == "start" else ()))
+    """(source term, dim, non-negative ``b[key]``) of a bound narrow/select call.
+
+    A negative start is resolved against the dim's size, which must then be static."""
     if b is None or not is_tensor_node(b["input"]):
         return None
     x = val(b["input"])
-    d, i = _norm_dim(b["dim"], x.dim()), static_int(b[index_name])
+    d, i = _norm_dim(b["dim"], x.dim()), static_int(b[key])
     if d is None or i is None:
         return None
     if i < 0:
@@ -242,8 +241,8 @@ def _slice_start(node: fx.Node, term: Callable[[Any], Term | None], index_name: 
 
 
 def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    got = _slice_start(node, term, "start")
     b = bind(node, ("input", "self"), "dim", "start", "length")
+    got = _slice_start(b, term, "start")
     length = static_int(b["length"]) if b else None
     if got is None or length is None:
         return None
@@ -252,7 +251,7 @@ def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | No
 
 
 def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    got = _slice_start(node, term, "index")
+    got = _slice_start(bind(node, ("input", "self"), "dim", "index"), term, "index")
     if got is None:
         return None
     src, d, i = got
@@ -480,12 +479,12 @@ def _target_name(node: fx.Node) -> str:
 
 def _cost(node: fx.Node, op: OpDef | None) -> float:
     if op is None:
-        return 0.0 if node.target is operator.getitem else 1.0
+        return 1.0
     if op.name == "getitem" and not is_tensor_node(node.args[0]):
         return 0.0  # a projection out of a tuple
-    if op.kind is Kind.VIEW and op.name != "getitem":
+    if op.kind is Kind.VIEW:
         return 0.0
-    if op.kind in (Kind.MAYBE_VIEW, Kind.VIEW):
+    if op.kind is Kind.MAYBE_VIEW:
         return 0.0 if aliases_input(node) else 1.0
     return 1.0
 
@@ -536,23 +535,18 @@ def is_inplace(node: fx.Node) -> bool:
 # Structural emitters: the mirror image of the parsers above.
 
 
-def emit_structural(graph: fx.Graph, op: str, args: Sequence[Any]) -> fx.Node:
-    if op == "Sl":
-        x, d, s, n = args
-        return graph.call_function(torch.narrow, (x, d, s, n))
-    if op == "Select":  # Squeeze(Sl(x, d, i, 1), d)
-        x, d, i = args
-        return graph.call_function(torch.select, (x, d, i))
-    if op == "Squeeze":
-        x, d = args
-        return graph.call_function(torch.squeeze, (x, d))
-    if op == "Unsqueeze":
-        x, d = args
-        return graph.call_function(torch.unsqueeze, (x, d))
-    if op == "Cat":
-        items, d, stacked = args
-        return graph.call_function(torch.stack if stacked else torch.cat, (list(items), d))
-    raise KeyError(op)
+#: How each structural form is written back (see ``Emitter.form``): the torch call, and whether
+#: it takes a list of tensors (cat, stack) rather than one.
+STRUCTURAL_CALLS: dict[str, tuple[Callable[..., Any], bool]] = {
+    "Sl": (torch.narrow, False), "Select": (torch.select, False), "Squeeze": (torch.squeeze, False),
+    "Unsqueeze": (torch.unsqueeze, False), "Cat": (torch.cat, True), "Stack": (torch.stack, True)}
+
+
+def emit_structural(graph: fx.Graph, form: str, inputs: Sequence[fx.Node], literals: Sequence[int]
+                    ) -> fx.Node:
+    fn, variadic = STRUCTURAL_CALLS[form]
+    tensors = (list(inputs),) if variadic else tuple(inputs)
+    return graph.call_function(fn, (*tensors, *literals))
 
 
 #: The constructors that never launch a kernel by themselves.
