@@ -40,3 +40,10 @@ def test_dtype_changing_op_is_not_pulled_out_of_cat():
 def test_broadcasting_binary_is_kept():
     x, bias = torch.randn(4, 8), torch.randn(8)
     check(lambda x, bias: torch.cat([p + bias[:4] for p in x.split(4, 1)], 1), x, bias)
+
+
+def test_binary_of_misaligned_slices_is_kept():
+    a, b = torch.randn(4, 8), torch.randn(4, 8)
+    fn = lambda a, b: torch.cat([a[:, :4] + b[:, 4:], a[:, 4:] + b[:, :4]], 1)
+    report, gm = check(fn, a, b)
+    assert report.rules_fired.get("binary-out-of-slice", 0) == 0

@@ -97,3 +97,22 @@ def test_stack_on_another_dim_than_unbind_is_not_the_input():
 def test_mixed_dtype_cat_is_left_alone():
     a, b = torch.randn(4, 3), torch.randint(0, 5, (4, 3))
     check(lambda a, b: torch.cat([a.relu(), b.relu()], 1), a, b)
+
+
+def test_split_of_cat_along_other_boundaries_keeps_the_cat():
+    a, b = torch.randn(4, 5), torch.randn(4, 7)
+    report, gm = check(lambda a, b: [p * 2 for p in torch.split(torch.cat([a, b], 1), [4, 8], 1)], a, b)
+    assert launches(gm, a, b) == 3  # the cat and two muls: no piece is a part
+
+
+def test_split_of_cat_along_another_dim_keeps_the_cat():
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    report, gm = check(lambda a, b: [p * 2 for p in torch.split(torch.cat([a, b], 1), 2, 0)], a, b)
+    assert launches(gm, a, b) == 3
+
+
+def test_slices_along_different_dims_do_not_merge():
+    y = torch.randn(6, 6)
+    # values are compared by check(): a merge of a dim-0 slice with a dim-1 slice would be wrong
+    report, gm = check(lambda y: torch.cat([y[1:3][:, 0:2], y[1:3][:, 2:6]], 1) + 1, y)
+    assert launches(gm, y) == 1  # the cat merges along dim 1 into y[1:3], then the add
