@@ -6,8 +6,12 @@ identity it states. ``analysis`` (shapes and dtypes) is always on; it never chan
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from importlib import import_module
+from importlib.util import find_spec, module_from_spec, spec_from_file_location
+from pathlib import Path
+from types import ModuleType
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,17 @@ class Derive:
 
 AnyRule = Rule | Derive
 
+
+def op_named(var: str, name: str) -> str:
+    """A ``when``/``query`` fact: the ``Unary``/``Binary``/``Op`` key bound to ``var`` is op ``name``.
+
+    Keys are per-graph (``relu#3``): two calls share a key only when they are the same call, so
+    a rule about one op (not about "any elementwise op") tests the name with this fact. ``name``
+    is the op table's name (``optimus_egg.optable.OPS``), e.g. ``relu`` for ``torch.relu``,
+    ``F.relu``, ``Tensor.relu`` and ``nn.ReLU``.
+    """
+    return f'(= 1 (count-matches (+ "#" {var}) "#{name}#"))'
+
 #: Family name → module that defines ``RULES`` (and optionally ``DECLARATIONS``).
 _MODULES = {
     "analysis": "optimus_egg.rewrites.analysis",
@@ -58,16 +73,62 @@ class Family:
 
 
 def family(name: str) -> Family:
-    if name not in _MODULES:
-        raise ValueError(f"unknown rule family {name!r}; valid: {', '.join(sorted(_MODULES))}")
-    mod = import_module(_MODULES[name])
-    return Family(name, tuple(mod.RULES), getattr(mod, "DECLARATIONS", ""))
+    """A built-in family, or a rule module of your own named by import path or ``.py`` file.
+
+    A user module is read exactly like a built-in one: ``RULES`` (a list of :class:`Rule` and
+    :class:`Derive`) and optionally ``DECLARATIONS`` (egglog text: relations, functions).
+    """
+    mod = import_module(_MODULES[name]) if name in _MODULES else _user_module(name)
+    rules = getattr(mod, "RULES", None)
+    if not isinstance(rules, (list, tuple)) or not all(isinstance(r, (Rule, Derive)) for r in rules):
+        raise ValueError(f"rule module {name!r} must define RULES, a list of "
+                         "optimus_egg.rewrites.Rule / Derive")
+    return Family(name, tuple(rules), getattr(mod, "DECLARATIONS", ""))
+
+
+def _unknown(name: str, why: str = "") -> ValueError:
+    builtin = ", ".join(n for n in _MODULES if n != "analysis")
+    return ValueError(f"unknown rule family {name!r}{why}; built-in families: {builtin}; a rule module "
+                      "of your own is passed by import path ('mypkg.myrules') or file ('path/to/rules.py')")
+
+
+_FILES: dict[str, ModuleType] = {}  # resolved .py path -> its module, loaded once per process
+
+
+def _user_module(name: str) -> ModuleType:
+    if name.endswith(".py"):
+        path = Path(name).resolve()
+        if not path.is_file():
+            raise _unknown(name, " (no such file)")
+        if str(path) not in _FILES:
+            spec = spec_from_file_location(f"optimus_egg_user_rules_{len(_FILES)}_{path.stem}", path)
+            assert spec is not None and spec.loader is not None
+            module = module_from_spec(spec)
+            sys.modules[spec.name] = module  # dataclasses and pickling look modules up here
+            spec.loader.exec_module(module)
+            _FILES[str(path)] = module
+        return _FILES[str(path)]
+    try:
+        found = find_spec(name) is not None
+    except (ImportError, ValueError):  # a missing parent package, or not a module name at all
+        found = False
+    if not found:
+        raise _unknown(name)
+    return import_module(name)
 
 
 def families(names: tuple[str, ...] | list[str] | None = None) -> list[Family]:
     """The analysis family plus the requested ones (default: all)."""
     wanted = list(DEFAULT_FAMILIES if names is None else names)
-    return [family("analysis"), *(family(n) for n in dict.fromkeys(wanted) if n != "analysis")]
+    out = [family("analysis"), *(family(n) for n in dict.fromkeys(wanted) if n != "analysis")]
+    owners: dict[str, list[str]] = {}
+    for fam in out:
+        for rule in fam.rules:
+            owners.setdefault(rule.name, []).append(fam.name)
+    clashes = {rule: fams for rule, fams in owners.items() if len(fams) > 1}
+    if clashes:  # egglog aborts the process on a duplicate rule name
+        raise ValueError(f"rule names must be unique; used more than once (rule: families): {clashes}")
+    return out
 
 
 def all_family_names() -> list[str]:

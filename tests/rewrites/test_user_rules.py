@@ -1,0 +1,95 @@
+"""A rule module of the user's own, passed by file or import path, loads like a built-in family."""
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from optimus_egg import optimize, rewrites
+from tests.helpers import check, launches
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RULES_FILE = str(EXAMPLES / "relu_rules.py")
+WITH_MINE = ["split_cat", "pointwise", RULES_FILE]
+
+
+def _towers():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("towers_example", EXAMPLES / "towers.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.towers()
+
+
+def test_rule_file_loads_like_a_family():
+    fam = rewrites.family(RULES_FILE)
+    assert fam.name == RULES_FILE and [r.name for r in fam.rules] == ["relu-idempotent"]
+    assert rewrites.family(RULES_FILE) is not None  # loaded once, reused
+
+
+def test_worked_example_fires_and_keeps_values():
+    model, inputs = _towers()
+    report, gm = check(model, *inputs, families=WITH_MINE)
+    assert report.rules_fired.get("relu-idempotent", 0) > 0
+    builtin_gm, builtin_only = optimize(model, inputs)
+    assert launches(gm, *inputs) < launches(builtin_gm, *inputs)
+    assert report.kernels_after < builtin_only.kernels_after
+
+
+def test_relu_of_relu_through_every_spelling():
+    x = torch.randn(4, 6)
+    fn = lambda x: torch.relu(torch.nn.functional.relu(x.relu()))  # noqa: E731
+    report, gm = check(fn, x, families=[RULES_FILE])
+    assert report.rules_fired["relu-idempotent"] > 0 and launches(gm, x) == 1
+
+
+@pytest.mark.parametrize("op", [torch.tanh, torch.nn.functional.leaky_relu,
+                                torch.nn.functional.relu6])
+def test_other_ops_twice_do_not_fire(op):
+    x = torch.randn(4, 6)
+    report, gm = check(lambda x: op(op(x)), x, families=[RULES_FILE])
+    assert "relu-idempotent" not in report.rules_fired and launches(gm, x) == 2
+
+
+def test_module_import_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    x = torch.randn(4, 6)
+    report, _ = check(lambda x: torch.relu(torch.relu(x)), x, families=["relu_rules"])
+    assert report.rules_fired["relu-idempotent"] > 0
+    assert rewrites.family("relu_rules").rules == rewrites.family(RULES_FILE).rules
+
+
+def test_through_torch_compile():
+    torch._dynamo.reset()
+    x = torch.randn(4, 6)
+    fn = torch.compile(lambda x: torch.relu(torch.relu(x)) * 2, backend="optimus_egg",
+                       options={"families": [RULES_FILE]})
+    from optimus_egg.backend import REPORTS
+
+    REPORTS.clear()
+    torch.testing.assert_close(fn(x), torch.relu(x) * 2)
+    assert REPORTS[-1].rules_fired.get("relu-idempotent", 0) > 0
+
+
+@pytest.mark.parametrize("name", ["pointwsie", "no_such_pkg.rules", "missing/rules.py"])
+def test_unknown_family_says_how_to_pass_a_module(name):
+    with pytest.raises(ValueError) as err:
+        optimize(lambda x: x + 1, (torch.randn(2),), families=[name])
+    msg = str(err.value)
+    assert name in msg and "split_cat" in msg and "pointwise" in msg and "import path" in msg
+
+
+def test_module_without_rules_is_an_error(tmp_path):
+    path = tmp_path / "empty_rules.py"
+    path.write_text("X = 1\n")
+    with pytest.raises(ValueError, match="must define RULES"):
+        rewrites.family(str(path))
+
+
+def test_rule_name_clash_is_an_error(tmp_path):
+    path = tmp_path / "clash.py"
+    path.write_text("from optimus_egg.rewrites import Rule\n"
+                    "RULES = [Rule('slice-full', '(Squeeze (Unsqueeze x 0) 0)', 'x')]\n")
+    with pytest.raises(ValueError, match="slice-full"):
+        rewrites.families(["split_cat", str(path)])
