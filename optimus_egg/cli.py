@@ -108,9 +108,14 @@ def rules(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="optimus-egg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    commands: dict[str, Callable[[argparse.Namespace], int]] = {"demo": demo, "rules": rules}
+    from optimus_egg import explain
+
+    commands: dict[str, Callable[[argparse.Namespace], int]] = {"demo": demo, "rules": rules,
+                                                                "explain": explain.main}
     sub.add_parser("demo", help="optimize the shipped recommendation model and compare with inductor")
     sub.add_parser("rules", help="list every rule: name, family, Optimus pass covered, before → after")
+    explain.configure(sub.add_parser("explain", help="what the optimizer does to your model: kernels, "
+                                      "rules, e-graph, rewritten regions before → after"))
     args = parser.parse_args(argv)
     return commands[args.command](args)
 

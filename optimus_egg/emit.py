@@ -21,6 +21,10 @@ from optimus_egg.frontend import Translation
 from optimus_egg.optable import storage_key, val
 
 
+#: ``node.meta`` key of an emitted node: the names of the original nodes it is equal to.
+ORIGIN = "optimus_egg_origin"
+
+
 class Emitter:
     def __init__(self, gm: fx.GraphModule, tr: Translation, eg: Frozen, ex: Extraction) -> None:
         self.gm, self.tr, self.eg, self.ex = gm, tr, eg, ex
@@ -117,6 +121,17 @@ class Emitter:
         new_gm = fx.GraphModule(self.gm, self.graph)
         new_gm.meta = dict(self.gm.meta)
         return new_gm
+
+    def mark_origins(self, classes: dict[optable.Term, int]) -> None:
+        """Tag every emitted node with the names of the original nodes whose value it computes
+        (their terms ended in its e-class), as ``meta[ORIGIN]``: ``explain`` diffs graphs by it."""
+        same: dict[fx.Node, list[str]] = {}
+        for term, node in self.tr.origin.items():
+            new = self.done.get(classes.get(term, -1))
+            if new is not None:
+                same.setdefault(new, []).append(node.name)
+        for new, names in same.items():
+            new.meta[ORIGIN] = names  # a fresh list: copied input nodes share meta values with the original
 
 
 def _propagate_meta(graph: fx.Graph) -> None:

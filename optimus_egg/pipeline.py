@@ -137,7 +137,9 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     ex = extract(frozen, out_classes + ([effect_class] if effect_class is not None else []), cost)
     report.kernels_after, report.extractor = ex.cost, ex.method
     phase("extract")
-    new_gm = Emitter(gm, tr, frozen, ex).run(out_classes, effect_class)
+    emitter = Emitter(gm, tr, frozen, ex)
+    new_gm = emitter.run(out_classes, effect_class)
+    emitter.mark_origins({t: frozen.refs[r] for t, r in names.items() if r in frozen.refs})
     _check_outputs(gm, new_gm)
     phase("emit")
     return new_gm

@@ -1,0 +1,125 @@
+"""``optimus-egg explain``: kernels, rules, e-graph figures and rewritten regions for a model."""
+
+import io
+import re
+import sys
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from optimus_egg import cli, explain, optimize
+from optimus_egg.counting import eager_launches
+from tests.helpers import Fn
+
+ROOT = Path(__file__).resolve().parents[1]
+TOWERS = f"{ROOT / 'examples' / 'towers.py'}:towers"
+RULES = str(ROOT / "examples" / "relu_rules.py")
+
+
+def _kernels(out: str, row: str) -> tuple[float, float]:
+    m = re.search(rf"^{re.escape(row)}\s+(\S+)\s+(\S+)$", out, re.M)
+    assert m, out
+    return float(m[1]), float(m[2])
+
+
+def _dot_is_well_formed(text: str) -> None:
+    lines = text.strip().splitlines()
+    assert lines[0].startswith("digraph ") and lines[0].endswith("{") and lines[-1] == "}"
+    nodes = set()
+    for line in lines[1:-1]:
+        node = re.fullmatch(r'  "([^"]+)" \[label="[^"]*"(, style=filled, fillcolor="#\w+")?\];', line)
+        edge = re.fullmatch(r'  "([^"]+)" -> "([^"]+)";', line)
+        if node:
+            nodes.add(node[1])
+        elif edge:
+            assert edge[1] in nodes and edge[2] in nodes, line  # inputs are declared first
+        else:
+            assert line in ("  rankdir=TB;", '  node [shape=box, fontname="monospace", fontsize=10];'), line
+
+
+def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
+    monkeypatch.setattr(explain.shutil, "which", lambda name: None)  # as on a machine without Graphviz
+    rc = cli.main(["explain", TOWERS, "--families", "split_cat", "pointwise", RULES, "--dot", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    model, inputs = explain.load_factory(TOWERS)
+    measured = _kernels(out, "eager launches, measured")
+    gm, report = optimize(model, inputs, families=["split_cat", "pointwise", RULES])
+    assert measured == (eager_launches(model, *inputs), eager_launches(gm, *inputs))
+    assert measured[1] < measured[0]
+    assert _kernels(out, "cost model (eager kernels)") == (report.kernels_before, report.kernels_after)
+    assert "outputs equal to the original on the example inputs: yes" in out
+    assert f"relu-idempotent {report.rules_fired['relu-idempotent']}" in out
+    assert f"{report.enodes} e-nodes" in out and "saturate" in out and "extract" in out
+    # The split/sigmoid/cat cruft region: original split → one sigmoid of the input, then narrows.
+    regions = out.split("\nregion ")[1:]
+    assert len(regions) == int(re.search(r"rewritten regions: (\d+)", out)[1]) >= 2
+    cruft = next(r for r in regions if "torch.functional.split" in r)
+    before, after = cruft.split("  after:")
+    assert "torch.cat" in before and "torch.sigmoid(l_x_)" in after and "torch.cat" not in after
+    relus = next(r for r in regions if "torch.relu(" in r.split("  after:")[0])
+    assert relus.split("  after:")[1].count("relu(") == 1  # two ReLUs became one
+    for name in ("before", "after"):
+        _dot_is_well_formed((tmp_path / f"{name}.dot").read_text())
+    assert "fillcolor" in (tmp_path / "before.dot").read_text()
+    assert "PNGs skipped" in out and not list(tmp_path.glob("*.png"))
+
+
+def test_png_when_dot_is_present(tmp_path, monkeypatch):
+    """With a `dot` on PATH, each .dot file is rendered with `dot -Tpng FILE -o FILE.png`."""
+    fake = tmp_path / "bin" / "dot"
+    fake.parent.mkdir()
+    fake.write_text('#!/bin/sh\n[ "$1" = -Tpng ] && [ "$3" = -o ] && grep -q digraph "$2" && echo png > "$4"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", str(fake.parent), prepend=":")
+    gm = torch.fx.symbolic_trace(torch.nn.ReLU())
+    out_dir = tmp_path / "out"
+    written = explain.write_dot(gm, gm, [], out_dir, io.StringIO())
+    assert sorted(p.name for p in written) == ["after.dot", "after.png", "before.dot", "before.png"]
+    assert (out_dir / "before.png").read_text() == "png\n"
+
+
+def test_regions_of_a_pure_deletion():
+    """cat(split(x)) + relu(y): the split/cat round trip is one region that becomes nothing; the
+    add and the relu are unchanged."""
+    model = Fn(lambda x, y: torch.cat(torch.split(x, 2, 1), 1) + torch.relu(y))
+    inputs = (torch.randn(3, 6), torch.randn(3, 6))
+    from optimus_egg.pipeline import capture
+
+    gm = capture(model, inputs)
+    new_gm, _ = optimize(gm, inputs)
+    regions, unchanged = explain.diff_regions(gm, new_gm)
+    assert len(regions) == 1 and regions[0].after == []
+    assert {n.op for n in regions[0].before} == {"call_function"}
+    targets = {explain.fx_line(n).split(" = ")[1].split("(")[0] for n in regions[0].before}
+    assert targets >= {"torch.functional.split", "torch.cat"}
+    assert unchanged == 2  # add, relu
+
+
+def test_nothing_to_do_has_no_regions(capsys):
+    model = Fn(lambda x: torch.relu(x) + 1)
+    explain.explain(model, (torch.randn(3),), {}, sys.stdout)
+    out = capsys.readouterr().out
+    assert "rewritten regions: 0" in out and _kernels(out, "eager launches, measured") == (2, 2)
+
+
+def test_factory_from_a_module_returning_a_factory():
+    model, inputs = explain.load_factory("optimus_egg.bench.models:rec_demo")
+    assert isinstance(model, torch.nn.Module) and len(inputs) == 2
+
+
+@pytest.mark.parametrize("target, message", [
+    ("examples/towers.py", "PATH_OR_MODULE:FACTORY"),
+    ("no/such/file.py:f", "no such file"),
+    (f"{ROOT / 'examples' / 'towers.py'}:nope", "no function 'nope'"),
+])
+def test_bad_targets_are_clear_errors(capsys, target, message):
+    assert cli.main(["explain", target]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bad_option_is_a_clear_error(capsys):
+    assert cli.main(["explain", TOWERS, "--option", "nope=1"]) == 2
+    assert "valid" in capsys.readouterr().err
