@@ -308,8 +308,7 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           + (", ".join(f"{k} {v}" for k, v in fired) or "none"), file=out)
     print(f"e-graph: {report.enodes} e-nodes, {report.eclasses} e-classes, {report.iterations} "
           f"iterations ({report.stop_reason or '-'}); extractor: {report.extractor or '-'}", file=out)
-    print("time: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in report.seconds.items())
-          + f"; total {report.total_seconds * 1e3:.0f} ms", file=out)
+    print(f"time: {report.timings()}; total {report.total_seconds * 1e3:.0f} ms", file=out)
 
     regions, unchanged = diff_regions(gm, new_gm)
     print(f"\nrewritten regions: {len(regions)} ({unchanged} calls unchanged)", file=out)

@@ -7,7 +7,6 @@ warning (or raises, with ``strict=True`` or ``OPTIMUS_EGG_STRICT=1``).
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 import warnings
@@ -23,9 +22,9 @@ from optimus_egg.emit import Emitter
 from optimus_egg.extract import KernelCost, extract
 from optimus_egg.frontend import translate
 from optimus_egg.ir import Term
+from optimus_egg.logger import log, log_debug
 from optimus_egg.optable import static_int, val
 
-log = logging.getLogger("optimus_egg")
 
 
 class OptimizerFallback(UserWarning):
@@ -75,6 +74,9 @@ class Report:
     def total_seconds(self) -> float:
         return sum(self.seconds.values())
 
+    def timings(self) -> str:
+        return ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in self.seconds.items())
+
     def summary(self) -> str:
         if self.fallback:
             return f"optimus_egg: left the graph unchanged ({self.fallback})"
@@ -100,10 +102,10 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None) -> tuple[
         report.fallback = f"{type(exc).__name__}: {exc}"
         warnings.warn(f"optimus_egg: optimization failed, using the unoptimized graph ({report.fallback})",
                       OptimizerFallback, stacklevel=2)
-        log.warning("fallback: %s", report.fallback)
+        log.warning("optimization failed, using the unoptimized graph (%s)", report.fallback)
         return gm, report
-    if os.environ.get("OPTIMUS_EGG_DEBUG"):
-        log.warning("%s", report.summary())
+    log_debug("%s; %d FX nodes (%d opaque); %s", report.summary(), report.fx_nodes, report.opaque_nodes,
+              report.timings())
     return new_gm, report
 
 
