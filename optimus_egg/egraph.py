@@ -7,17 +7,55 @@ linear. This module is the only one that touches ``egglog.bindings``.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
 from egglog import bindings
 
-from optimus_egg.ir import CONSTRUCTORS, DECLARATIONS, Term, literal
-from optimus_egg.rewrites import Family
+from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
+from optimus_egg.rewrites import STAGES, Family
 
-RULESET = "opt"
-_CHUNK = 200  # commands per parse: egglog keeps the source text per command
+_LOAD = "load"
+#: Rulesets: shape/dtype facts, then one per rule stage (optimus_egg.rewrites.STAGES).
+_ANALYSIS, _SEED, _SIMPLIFY, _EXPAND = "analysis", *STAGES
+
+
+def _loaders() -> dict[str, str]:
+    """Per constructor ``C``: a relation ``C-row`` (the term's id, then its arguments with terms
+    as ids) and a rule that makes ``(Ref id)`` equal to ``C`` applied to them. Plus fact rows."""
+    out = {}
+    for op, sorts in CONSTRUCTORS.items():
+        cols = " ".join("i64" if s in ("T", "TList") else s for s in sorts)
+        vars_ = [f"a{k}" for k in range(len(sorts))]
+        args = " ".join(f"({'LRef' if s == 'TList' else 'Ref'} {v})" if s in ("T", "TList") else v
+                        for s, v in zip(sorts, vars_))
+        ref = "LRef" if CONSTRUCTORS_SORT[op] == "TList" else "Ref"
+        term = f"({op} {args})" if args else f"({op})"
+        out[f"{op}-row"] = (f"(relation {op}-row (i64 {cols}))\n"
+                            f"(rule (({op}-row i {' '.join(vars_)})) ((union ({ref} i) {term})) :ruleset {_LOAD})")
+    out["size-row"] = ("(relation size-row (i64 i64 i64))\n"
+                       f"(rule ((size-row i d n)) ((set (size (Ref i) d) n)) :ruleset {_LOAD})")
+    out["rank-row"] = ("(relation rank-row (i64 i64))\n"
+                       f"(rule ((rank-row i r)) ((set (rank (Ref i)) r)) :ruleset {_LOAD})")
+    out["dtype-row"] = ("(relation dtype-row (i64 String))\n"
+                        f"(rule ((dtype-row i k)) ((set (dtype (Ref i)) k)) :ruleset {_LOAD})")
+    return out
+
+
+_LOADERS = _loaders()
+
+
+def _field(value: Any) -> str:
+    """A literal as a tab-separated field (egglog's ``input`` reads strings unquoted)."""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise TypeError(f"not an IR literal: {value!r}")
+    text = str(value)
+    if any(c in text for c in "\t\n\r"):
+        raise ValueError(f"unsupported character in IR string {value!r}")
+    return text
 
 
 @dataclass(frozen=True)
@@ -55,17 +93,14 @@ class Frozen:
     refs: dict[int, int]  # Ref id (see EGraph.add) -> class id
 
 
-def _ref(term: Term, i: int) -> str:
-    return f"(LRef {i})" if term.op in ("Cons", "Nil") else f"(Ref {i})"
-
-
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
         self._eg = bindings.EGraph()
-        rules = [r.egglog(RULESET) for fam in families for r in fam.rules]
+        rules = [r.egglog(_ANALYSIS if fam.name == "analysis" else r.stage) for fam in families for r in fam.rules]
         decls = [fam.declarations for fam in families if fam.declarations]
         refs = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see add()
-        self._run(DECLARATIONS, *refs, *decls, f"(ruleset {RULESET})", *rules)
+        rulesets = [f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD)]
+        self._run(DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values())
         self._ids: dict[Term, int] = {}
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
 
@@ -76,25 +111,33 @@ class EGraph:
     def add(self, roots: list[Term], facts: list[tuple[Term, list[int | None], str]]) -> dict[Term, int]:
         """Insert terms (and their subterms) and their shape/dtype facts; return their Ref ids.
 
-        Each term ``i`` is one ``(union (Ref i) (C ... (Ref j) ...))``: no global ``let`` (each is
-        a new table in egglog, which makes building quadratic), and the text is parsed in chunks
-        (egglog keeps the source text per command).
+        Rows go in as tables, not commands: each top-level egglog command costs time that grows
+        with the e-graph (building 600 blocks one ``union`` at a time took seconds), while
+        ``input`` of a tab-separated file plus one loader rule per constructor (``_LOADERS``)
+        inserts every row in one set-at-a-time step.
         """
-        lines: list[str] = []
+        tables: dict[str, list[str]] = {name: [] for name in _LOADERS}
         for root in roots:
-            self._emit(root, lines)
+            self._number(root, tables)
         for term, shape, dtype in facts:
-            ref = _ref(term, self._emit(term, lines))
-            lines.append(f"(set (rank {ref}) {len(shape)})")
-            lines.extend(f"(set (size {ref} {i}) {n})" for i, n in enumerate(shape) if n is not None)
-            lines.append(f"(set (dtype {ref}) {literal(dtype)})")
-        for k in range(0, len(lines), _CHUNK):
-            self._run(*lines[k:k + _CHUNK])
+            i = self._number(term, tables)
+            tables["rank-row"].append(f"{i}\t{len(shape)}")
+            tables["size-row"].extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
+            tables["dtype-row"].append(f"{i}\t{_field(dtype)}")
+        with tempfile.TemporaryDirectory(prefix="optimus_egg_") as tmp:
+            inputs = []
+            for name, rows in tables.items():
+                if rows:
+                    path = os.path.join(tmp, f"{name}.tsv")
+                    with open(path, "w") as f:
+                        f.write("\n".join(rows) + "\n")
+                    inputs.append(f'(input {name} "{path}")')
+            self._run(*inputs, f"(run {_LOAD} 1)", f"(run {_SEED} 1)")
         self._check_rows()
         return self._ids
 
-    def _emit(self, root: Term, lines: list[str]) -> int:
-        """Give ``root`` and its subterms Ref ids, subterms first (iteratively: graphs are deep)."""
+    def _number(self, root: Term, tables: dict[str, list[str]]) -> int:
+        """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep)."""
         stack: list[tuple[Term, bool]] = [(root, False)]
         while stack:
             term, ready = stack.pop()
@@ -106,8 +149,8 @@ class EGraph:
                 stack.extend((k, False) for k in kids)
                 continue
             i = self._ids[term] = len(self._ids)
-            args = " ".join(_ref(a, self._ids[a]) if isinstance(a, Term) else literal(a) for a in term.args)
-            lines.append(f"(union {_ref(term, i)} ({term.op}{' ' + args if args else ''}))")
+            cols = [str(i), *(str(self._ids[a]) if isinstance(a, Term) else _field(a) for a in term.args)]
+            tables[f"{term.op}-row"].append("\t".join(cols))
             self._counts[term.op] += 1
         return self._ids[root]
 
@@ -129,18 +172,17 @@ class EGraph:
         return sum(sizes.get(op, 0) for op in CONSTRUCTORS)
 
     def saturate(self, budget: Budget) -> SaturationStats:
+        """Simplify to a fixpoint (facts settled before every round), then one expand round, and
+        again, until nothing changes or the budget is spent. Each round is an iteration."""
         stats = SaturationStats()
         start = time.perf_counter()
         while True:
             if stats.iterations >= budget.max_iterations:
                 stats.stop_reason = f"iteration limit ({budget.max_iterations})"
                 break
-            report = self._run(f"(run {RULESET} 1)")[0].report
-            stats.iterations += 1
-            for rule, n in report.num_matches_per_rule.items():
-                stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + n
+            updated = self._round(_SIMPLIFY, stats) or self._round(_EXPAND, stats)
             stats.enodes = self.enode_count()
-            if not report.updated:
+            if not updated:
                 stats.saturated, stats.stop_reason = True, "saturated"
                 break
             if stats.enodes > budget.max_enodes:
@@ -151,6 +193,14 @@ class EGraph:
                 break
         stats.seconds = time.perf_counter() - start
         return stats
+
+    def _round(self, ruleset: str, stats: SaturationStats) -> bool:
+        """Settle the facts, run ``ruleset`` once; whether anything changed."""
+        report = self._run(f"(run-schedule (seq (saturate (run {_ANALYSIS})) (run {ruleset})))")[0].report
+        stats.iterations += 1
+        for rule, n in report.num_matches_per_rule.items():
+            stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + n
+        return report.updated
 
     def freeze(self) -> Frozen:
         frozen = self._eg.freeze()

@@ -47,6 +47,9 @@ CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Nil": (),
 }
 
+#: The sort each constructor builds.
+CONSTRUCTORS_SORT: dict[str, str] = {op: "TList" if op in ("Cons", "Nil") else "T" for op in CONSTRUCTORS}
+
 #: The list dim used for argument lists of ``Op`` (never a real cat dim, so no cat rule applies).
 ARGS = -1
 
@@ -105,16 +108,3 @@ def from_list(lst: Term) -> tuple[list[Term], int]:
         head, lst, dim = lst.args
         items.append(head)
     return items, dim
-
-
-def literal(value: Arg) -> str:
-    """egglog text for a literal argument."""
-    if isinstance(value, bool):
-        raise TypeError("booleans are not IR literals")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, str):
-        if '"' in value or "\\" in value:
-            raise ValueError(f"unsupported character in IR string {value!r}")
-        return f'"{value}"'
-    raise TypeError(f"not an IR literal: {value!r}")

@@ -2,6 +2,10 @@
 
 A rule is egglog text over the sorts of :mod:`optimus_egg.ir`, short enough to read as the
 identity it states. ``analysis`` (shapes and dtypes) is always on; it never changes the graph.
+Each rule has a stage (``STAGES``): ``seed`` rules read the graph as the program wrote it, once,
+before any rewrite; ``simplify`` rules run to a fixpoint; ``expand`` rules (an op pushed through
+every slice creates a new op per sliced tensor) run one round at a time in between, within the
+budget.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ class Rule:
     rhs: str
     when: tuple[str, ...] = ()
     covers: str = "new"  # the Optimus pass whose rewrite this rule performs, or "new"
+    stage: str = "simplify"  # see STAGES
 
     def egglog(self, ruleset: str) -> str:
         when = f" :when ({' '.join(self.when)})" if self.when else ""
@@ -37,6 +42,7 @@ class Derive:
     query: tuple[str, ...]
     actions: tuple[str, ...]
     covers: str = "new"
+    stage: str = "simplify"
 
     def egglog(self, ruleset: str) -> str:
         return (f"(rule ({' '.join(self.query)}) ({' '.join(self.actions)})"
@@ -44,6 +50,8 @@ class Derive:
 
 
 AnyRule = Rule | Derive
+
+STAGES = ("seed", "simplify", "expand")
 
 
 def op_named(var: str, name: str) -> str:
@@ -65,6 +73,11 @@ _MODULES = {
 DEFAULT_FAMILIES = ("split_cat", "pointwise")
 
 
+def _check_stage(rule: "AnyRule") -> None:
+    if rule.stage not in STAGES:
+        raise ValueError(f"rule {rule.name!r}: unknown stage {rule.stage!r}; valid: {', '.join(STAGES)}")
+
+
 @dataclass(frozen=True)
 class Family:
     name: str
@@ -83,6 +96,8 @@ def family(name: str) -> Family:
     if not isinstance(rules, (list, tuple)) or not all(isinstance(r, (Rule, Derive)) for r in rules):
         raise ValueError(f"rule module {name!r} must define RULES, a list of "
                          "optimus_egg.rewrites.Rule / Derive")
+    for rule in rules:
+        _check_stage(rule)
     return Family(name, tuple(rules), getattr(mod, "DECLARATIONS", ""))
 
 

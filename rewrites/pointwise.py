@@ -10,9 +10,9 @@ from optimus_egg.rewrites import Derive, Rule
 DECLARATIONS = "(relation unary-list (TList String TList))"
 
 RULES = [
-    Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)"),
+    Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
-         ("(= m (size x d))", "(= m (size y d))")),
+         ("(= m (size x d))", "(= m (size y d))"), stage="expand"),
     # unary-list l f m: the list l is f applied to each piece of m, dtypes unchanged.
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),

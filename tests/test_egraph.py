@@ -1,5 +1,6 @@
 """The e-graph engine: building is faithful, budgets stop saturation, extraction still works."""
 
+import pytest
 import torch
 
 from optimus_egg import rewrites
@@ -47,3 +48,20 @@ def test_node_and_time_budgets():
         gm, report = optimize_graph(gm0, Options(budget=budget))
         assert report.stop_reason.startswith(reason)
         torch.testing.assert_close(gm(x), _chain(4)(x))
+
+
+def test_build_loads_string_literals_and_rejects_separators():
+    x = Term("Input", (0,))
+    eg = EGraph(rewrites.families([]))
+    eg.add([Term("Unary", ("relu#0", x))], [(x, [4, 8], "torch.float32")])
+    assert {n.children[0] for n in eg.freeze().nodes if n.op == "Unary"} == {"relu#0"}
+    with pytest.raises(ValueError, match="unsupported character"):
+        EGraph(rewrites.families([])).add([Term("Unary", ("re\tlu", x))], [])
+
+
+def test_a_rule_with_an_unknown_stage_is_refused(tmp_path):
+    mod = tmp_path / "bad_stage.py"
+    mod.write_text("from optimus_egg.rewrites import Rule\n"
+                   "RULES = [Rule('x', '(Unary f x)', 'x', stage='later')]\n")
+    with pytest.raises(ValueError, match="unknown stage 'later'"):
+        rewrites.family(str(mod))

@@ -33,7 +33,7 @@ def test_contiguous_run_of_pieces_becomes_one_slice():
 def test_split_of_cat_along_the_same_boundaries_is_the_parts():
     a, b = torch.randn(4, 5), torch.randn(4, 7)
     report, gm = check(lambda a, b: [p * 2 for p in torch.split(torch.cat([a, b], 1), [5, 7], 1)], a, b)
-    assert report.rules_fired["slice-of-cat-head"] > 0
+    assert report.rules_fired["slice-in-piece"] > 0
     assert launches(gm, a, b) == 2  # the two muls; the cat is gone
 
 
@@ -116,3 +116,29 @@ def test_slices_along_different_dims_do_not_merge():
     # values are compared by check(): a merge of a dim-0 slice with a dim-1 slice would be wrong
     report, gm = check(lambda y: torch.cat([y[1:3][:, 0:2], y[1:3][:, 2:6]], 1) + 1, y)
     assert launches(gm, y) == 1  # the cat merges along dim 1 into y[1:3], then the add
+
+
+def test_part_of_a_cat_piece_that_an_op_made_is_a_view_of_it():
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    w = torch.randn(6, 6)
+    report, gm = check(lambda a, b, w: torch.cat([a @ w, b @ w], 1)[:, 1:4] * 2, a, b, w)
+    assert report.rules_fired["slice-in-part-of-op"] > 0
+    assert launches(gm, a, b, w) == 2  # one matmul and the mul: the cat and the other matmul go
+
+
+def test_part_of_a_cat_piece_that_is_a_slice_is_a_slice_of_its_source():
+    x = torch.randn(4, 12)
+    report, gm = check(lambda x: torch.cat([x[:, 0:4], x[:, 8:12]], 1)[:, 5:7] + 1, x)
+    assert report.rules_fired["slice-in-sliced-piece"] > 0 and launches(gm, x) == 1
+
+
+def test_a_slice_across_two_cat_pieces_keeps_the_cat():
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    report, gm = check(lambda a, b: torch.cat([a.relu(), b.exp()], 1)[:, 4:8] + 1, a, b)
+    assert launches(gm, a, b) == 4  # relu, exp, cat, add
+
+
+def test_adjacent_slices_after_another_piece_keep_the_cat():
+    x, y = torch.randn(4, 12), torch.randn(4, 3)
+    report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 4:12]], 1), x, y)
+    assert launches(gm, x, y) == 1
