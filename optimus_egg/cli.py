@@ -105,6 +105,13 @@ def rules(args: argparse.Namespace) -> int:
     return 0
 
 
+def tune(args: argparse.Namespace) -> int:
+    from optimus_egg.extract import tune as tuning
+
+    print(tuning.run(args))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="optimus-egg", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -116,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("rules", help="list every rule: name, family, Optimus pass covered, before → after")
     explain.configure(sub.add_parser("explain", help="what the optimizer does to your model: kernels, "
                                       "rules, e-graph, rewritten regions before → after"))
+    from optimus_egg.extract import tune as tuning
+
+    tuning.add_arguments(sub.add_parser("tune", help="time each op category on this device and write a "
+                                        "cost profile (cost_profile=PATH)"))
+    commands["tune"] = tune
     args = parser.parse_args(argv)
     return commands[args.command](args)
 

@@ -7,20 +7,23 @@ warning (or raises, with ``strict=True`` or ``OPTIMUS_EGG_STRICT=1``).
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 import torch.fx as fx
 
-from optimus_egg import rewrites
-from optimus_egg.egraph import Budget, EGraph
+from optimus_egg import cache, rewrites
+from optimus_egg.egraph import Budget, EGraph, Frozen
 from optimus_egg.emit import Emitter
-from optimus_egg.extract import KernelCost, extract
-from optimus_egg.frontend import translate
+from optimus_egg.extract import Extraction, select
+from optimus_egg.extract.dag import class_facts
+from optimus_egg.extract.tune import load_profile
+from optimus_egg.frontend import Translation, translate
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
 from optimus_egg.optable import static_int, val
@@ -38,11 +41,15 @@ class Options:
     families: tuple[str, ...] | None = None  # rule families; None = all
     budget: Budget = field(default_factory=Budget)
     strict: bool = False  # raise instead of falling back
+    cost_model: str = "eager"  # eager | inductor | memory (optimus_egg.extract.cost)
+    extractor: str = "greedy"  # greedy | ilp | compare (optimus_egg.extract.select)
+    ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
+    cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
         budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
-        valid = {"families", "strict", *budget_keys}
+        valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", *budget_keys}
         unknown = set(kw) - valid
         if unknown:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
@@ -52,13 +59,24 @@ class Options:
             for name in fams:
                 rewrites.family(name)  # raises with the valid names
         budget = Budget(**{k: kw[k] for k in budget_keys if k in kw})
-        return cls(fams, budget, bool(kw.get("strict", False)))
+        cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
+        extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
+        profile = kw.get("cost_profile")
+        if profile is not None:
+            profile = str(profile)
+            load_profile(profile)  # raises on a missing or malformed profile
+        return cls(fams, budget, bool(kw.get("strict", False)), cost_model, extractor,
+                   float(kw.get("ilp_seconds", 10.0)), profile)
 
 
 @dataclass
 class Report:
-    kernels_before: float = 0.0  # eager launches predicted by the cost model
+    kernels_before: float = 0.0  # kernels predicted by the chosen cost model
     kernels_after: float = 0.0
+    cost_model: str = ""
+    costs: dict[str, tuple[float, float]] = field(default_factory=dict)  # every cost model: (before, after)
+    extraction: dict[str, Any] = field(default_factory=dict)  # per extractor: cost, seconds (ILP: status)
+    cache_hit: bool = False  # the search was served from the in-process cache (no saturation)
     enodes: int = 0
     eclasses: int = 0
     iterations: int = 0
@@ -121,30 +139,64 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     tr = translate(gm)
     report.fx_nodes, report.opaque_nodes = tr.nodes, tr.opaque
     phase("translate")
-    egraph = EGraph(rewrites.families(options.families))
     roots = [t for t in tr.outputs if isinstance(t, Term)]
     extra = [tr.effects] if tr.effects is not None else []
-    names = egraph.add(roots + extra, tr.facts)
-    phase("build")
-    cost = KernelCost(tr.registry)
-    report.kernels_before = cost.of_terms(roots + extra)
-    stats = egraph.saturate(options.budget)
-    report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
-    report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
-    phase("saturate")
-    frozen = egraph.freeze()
-    report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
+    weights = load_profile(options.cost_profile).weights if options.cost_profile else None
+    fams = rewrites.families(options.families)
+    key = cache.key(tr, (options, weights, [r.egglog("") for f in fams for r in f.rules]), roots + extra)
+    hit = cache.get(key)
+    if hit is None:
+        frozen, ex, names = _search(tr, fams, roots + extra, options, weights, report, phase)
+        cache.put(key, cache.Entry(frozen, ex, names, {k: copy.deepcopy(getattr(report, k)) for k in _SEARCH}))
+    else:
+        frozen, ex, names = hit.frozen, hit.extraction, hit.names
+        for k, v in hit.report.items():
+            setattr(report, k, copy.deepcopy(v))
+        report.cache_hit = True
+        phase("cache")
     out_classes = [frozen.refs[names[t]] for t in roots]
     effect_class = frozen.refs[names[tr.effects]] if tr.effects is not None else None
-    ex = extract(frozen, out_classes + ([effect_class] if effect_class is not None else []), cost)
-    report.kernels_after, report.extractor = ex.cost, ex.method
-    phase("extract")
     emitter = Emitter(gm, tr, frozen, ex)
     new_gm = emitter.run(out_classes, effect_class)
     emitter.mark_origins({t: frozen.refs[r] for t, r in names.items() if r in frozen.refs})
     _check_outputs(gm, new_gm)
     phase("emit")
     return new_gm
+
+
+#: The report fields the search fills (and the cache restores).
+_SEARCH = ("kernels_before", "kernels_after", "cost_model", "costs", "extraction", "enodes", "eclasses",
+           "iterations", "stop_reason", "rules_fired", "extractor")
+
+
+def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], options: Options,
+            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None]
+            ) -> tuple[Frozen, Extraction, dict[Term, int]]:
+    """Build, saturate and extract: everything the cache saves."""
+    egraph = EGraph(fams)
+    names = egraph.add(roots, tr.facts)
+    phase("build")
+    device = select.device_of(tr)
+    models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
+    before = select.term_facts(tr)
+    stats = egraph.saturate(options.budget)
+    report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
+    report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
+    phase("saturate")
+    frozen = egraph.freeze()
+    report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
+    classes = [frozen.refs[names[t]] for t in roots]
+    facts = class_facts(frozen, select.seed_facts(tr, names, frozen))
+    ex, report.extraction = select.extract(frozen, classes, models[options.cost_model], facts, options.extractor,
+                                           options.ilp_seconds)
+    report.extractor = ex.method
+    phase("extract")
+    report.costs = {name: (m.total(roots, before), select.total(m, frozen, ex, classes, facts))
+                    for name, m in models.items()}
+    report.cost_model = options.cost_model
+    report.kernels_before, report.kernels_after = report.costs[options.cost_model]
+    phase("cost")
+    return frozen, ex, names
 
 
 _ANALYSIS = {r.name for r in rewrites.family("analysis").rules}

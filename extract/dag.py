@@ -1,0 +1,182 @@
+"""Concrete term DAGs for the cost models: the graph as translated, and the graph as extracted.
+
+A cost model reports a figure for a concrete DAG, not for an e-graph: before optimization it is
+the translated term DAG, after it the DAG the extractor chose. Both are :class:`~optimus_egg.ir.Term`
+DAGs here, with the shape and dtype of every term that can be known (``Facts``).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Iterable
+
+from optimus_egg.egraph import ENode, Frozen
+from optimus_egg.ir import CONSTRUCTORS, Term
+
+#: A term's (or class's) static shape (None for a symbolic size) and dtype name ("float32").
+Fact = tuple[tuple[int | None, ...], str]
+Facts = dict[Term, Fact]
+
+
+def topo(roots: Iterable[Term]) -> list[Term]:
+    """Every term reachable from ``roots``, children before parents, each once."""
+    out: list[Term] = []
+    seen: set[Term] = set()
+    stack: list[tuple[Term, bool]] = [(r, False) for r in roots]
+    while stack:
+        term, ready = stack.pop()
+        if ready:
+            out.append(term)
+            continue
+        if term in seen:
+            continue
+        seen.add(term)
+        stack.append((term, True))
+        stack.extend((a, False) for a in term.args if isinstance(a, Term) and a not in seen)
+    return out
+
+
+def items(lst: Term) -> tuple[list[Term], int]:
+    """The elements of a cons-list term and its dim."""
+    out, dim = [], -1
+    while lst.op == "Cons":
+        head, lst, dim = lst.args
+        out.append(head)
+    return out, dim
+
+
+def tensor_args(term: Term) -> list[Term]:
+    """The tensors a term reads: its T arguments, and the elements of an Op's or Cat's list."""
+    if term.op in ("Op", "Cat"):
+        return items(term.args[-1])[0]
+    return [a for a, s in zip(term.args, CONSTRUCTORS[term.op]) if s == "T"]
+
+
+def infer(term: Term, facts: Facts) -> Fact | None:
+    """A term's fact from its arguments' facts, for the constructors whose shape rule is known
+    (the same rules as ``rewrites/analysis``); ``Op`` terms only have the facts FX gave them."""
+    op, args = term.op, term.args
+    if op in ("Sl", "Squeeze", "Unsqueeze", "Unary", "Binary"):
+        src = facts.get(args[1] if op in ("Unary", "Binary") else args[0])
+        if src is None:
+            return None
+        shape, dtype = list(src[0]), src[1]
+        if op == "Sl":
+            if args[1] >= len(shape):
+                return None
+            shape[args[1]] = args[3]
+        elif op == "Squeeze":
+            del shape[args[1]:args[1] + 1]
+        elif op == "Unsqueeze":
+            shape.insert(args[1], 1)
+        return tuple(shape), dtype
+    if op == "Cat":
+        parts, dim = items(args[0])
+        got = [facts.get(p) for p in parts]
+        if not got or any(f is None for f in got) or not 0 <= dim < len(got[0][0]):  # type: ignore[index]
+            return None
+        shape = list(got[0][0])  # type: ignore[index]
+        sizes = [f[0][dim] for f in got]  # type: ignore[index]
+        shape[dim] = None if any(s is None for s in sizes) else sum(sizes)  # type: ignore[arg-type]
+        return tuple(shape), got[0][1]  # type: ignore[index]
+    return None
+
+
+def complete(order: list[Term], facts: Facts) -> Facts:
+    """``facts`` plus whatever :func:`infer` derives along ``order`` (children first)."""
+    out = dict(facts)
+    for term in order:
+        if term not in out:
+            got = infer(term, out)
+            if got is not None:
+                out[term] = got
+    return out
+
+
+def extracted(graph: Frozen, choice: dict[int, int], roots: list[int]) -> dict[int, Term]:
+    """The term each class reachable from ``roots`` stands for under ``choice``."""
+    made: dict[int, Term] = {}
+    stack: list[tuple[int, bool]] = [(r, False) for r in roots]
+    while stack:
+        cls, ready = stack.pop()
+        if cls in made:
+            continue
+        node = graph.nodes[choice[cls]]
+        kids = [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s in ("T", "TList")]
+        pending = [k for k in kids if k not in made]
+        if pending and not ready:
+            stack.append((cls, True))
+            stack.extend((k, False) for k in pending)
+            continue
+        args = tuple(made[c] if s in ("T", "TList") else c for c, s in zip(node.children, CONSTRUCTORS[node.op]))
+        made[cls] = Term(node.op, args)
+    return made
+
+
+def class_facts(graph: Frozen, seed: dict[int, Fact]) -> dict[int, Fact]:
+    """A fact for every class that has one: ``seed`` (classes of translated terms) plus what
+    the shape rules derive through the e-nodes, propagated with a worklist (linear in nodes)."""
+    out = dict(seed)
+    parents: dict[int, list[int]] = defaultdict(list)
+    for n, node in enumerate(graph.nodes):
+        for c, s in zip(node.children, CONSTRUCTORS[node.op]):
+            if s in ("T", "TList"):
+                parents[c].append(n)
+    lists: dict[int, Term] = {}  # a TList class -> a stand-in term whose items carry facts
+    work = list(range(len(graph.nodes)))
+    while work:
+        n = work.pop()
+        node = graph.nodes[n]
+        if node.eclass in out or node.op in ("Cons", "Nil", "Input", "Op"):
+            if node.op in ("Cons", "Nil") and node.eclass not in lists:
+                got = _list_stand_in(graph, n, out, lists)
+                if got is not None:
+                    lists[node.eclass] = got
+                    work.extend(parents[node.eclass])
+            continue
+        stand_in, local = _stand_in(node, out, lists)
+        if stand_in is None:
+            continue
+        fact = infer(stand_in, local)
+        if fact is not None:
+            out[node.eclass] = fact
+            work.extend(parents[node.eclass])
+    return out
+
+
+def _leaf(cls: int) -> Term:
+    return Term("Input", (-1 - cls,))  # a stand-in for "the value of class cls"
+
+
+def _stand_in(node: ENode, facts: dict[int, Fact], lists: dict[int, Term]) -> tuple[Term | None, Facts]:
+    local: Facts = {}
+    args = []
+    for c, s in zip(node.children, CONSTRUCTORS[node.op]):
+        if s == "T":
+            if c not in facts:
+                return None, local
+            local[_leaf(c)] = facts[c]
+            args.append(_leaf(c))
+        elif s == "TList":
+            if c not in lists:
+                return None, local
+            args.append(lists[c])
+            for item in items(lists[c])[0]:
+                local[item] = facts[_class_of(item)]
+        else:
+            args.append(c)
+    return Term(node.op, tuple(args)), local
+
+
+def _class_of(leaf: Term) -> int:
+    return -1 - leaf.args[0]
+
+
+def _list_stand_in(graph: Frozen, n: int, facts: dict[int, Fact], lists: dict[int, Term]) -> Term | None:
+    node = graph.nodes[n]
+    if node.op == "Nil":
+        return Term("Nil", ())
+    head, tail, dim = node.children
+    if head not in facts or tail not in lists:
+        return None
+    return Term("Cons", (_leaf(head), lists[tail], dim))

@@ -1,0 +1,360 @@
+"""The Inductor-aware cost model: the kernels Inductor will generate for a graph, after fusion.
+
+What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, see
+``optimus_egg.bench.calibrate``):
+
+- Views (slices, squeezes, reshapes that alias) are free: a consumer reads through them.
+- Pointwise ops fuse with their pointwise producers and consumers into one kernel, and kernels
+  that read the same tensor through the same view with the same number of elements fuse
+  horizontally. Fusion never crosses an extern call or a cat: a kernel cannot run both before
+  and after one ("depth", the number of such barriers on the longest path, must match).
+- A reduction is one kernel; pointwise producers fuse in (prologue) and pointwise consumers fuse
+  after it (epilogue); two reductions share a kernel only when they reduce the same ranges.
+- Matmuls, convolutions and other calls Inductor hands to a library or to ATen ("extern") are
+  one launch each and never fuse. ``linear`` with a bias on a 3-D input is an ``mm`` plus a
+  pointwise bias add; ``embedding_bag`` on 2-D indices also prepares its offsets in a kernel.
+- ``cat`` on CPU is always a ``ConcatKernel``: every piece is written into its slot by one
+  kernel, which is the piece's own pointwise kernel when the piece is one (not a view of one),
+  nothing when the piece is an extern call's result (it writes in place), and a copy otherwise.
+  On CUDA a cat of at most 8 pieces is lowered as a pointwise op (masked loads) and fuses.
+
+On CPU, ``torch._inductor.metrics.generated_kernel_count`` also counts the loop-fusion attempts
+the C++ backend makes for a reduction with an epilogue (4 instead of 1; 6 for var/std, 8 for
+layer_norm and log_softmax); :attr:`Prediction.objects` reproduces that figure for calibration,
+:attr:`Prediction.kernels` is what runs (one launch each on a GPU).
+
+A node-local cost cannot see fusion, which depends on who consumes a value. The extractors get
+a sound approximation (:meth:`InductorCost.bind`): a pointwise e-node costs nothing when one of
+the classes it reads can be computed by a fusible kernel (it joins that kernel), otherwise one
+kernel; a cat piece costs a copy unless its class can be written in place (a pointwise or extern
+result); extern calls and reductions cost one each. The reported figure is the simulation below,
+run on the DAG the extractor chose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from optimus_egg.egraph import ENode, Frozen
+from optimus_egg.extract.cost import _weights, category
+from optimus_egg.extract.dag import Fact, Facts, complete, tensor_args, topo
+from optimus_egg.ir import CONSTRUCTORS, Term
+from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
+
+#: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
+CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
+                         "layer_norm": 8, "group_norm": 8, "normalize": 3, "cosine_similarity": 4}
+#: ... and for a single-loop reduction that gets a pointwise epilogue fused after it.
+CPU_EPILOGUE_OBJECTS = 4
+#: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
+CUDA_POINTWISE_CAT = 8
+
+
+@dataclass
+class Prediction:
+    kernels: int = 0  # generated kernels (fused): one launch each on a GPU
+    extern: int = 0  # extern / fallback calls
+    objects: int = 0  # what metrics.generated_kernel_count reports on this device
+    weighted: float = 0.0  # kernels and extern calls weighted by their category
+
+    @property
+    def launches(self) -> int:
+        return self.kernels + self.extern
+
+
+@dataclass
+class _Group:
+    kind: str  # "pointwise" | "reduction" | "copy"
+    reductions: list[Term] = field(default_factory=list)
+    signature: tuple[int, int] | None = None  # (elements read, elements written) of its reductions
+    needed: bool = False  # something outside the group reads it, or it writes a cat slot / output
+    epilogue: bool = False  # a member reads a reduction of the same group
+
+
+class _UnionFind:
+    def __init__(self) -> None:
+        self.parent: list[int] = []
+        self.groups: list[_Group] = []
+
+    def new(self, group: _Group) -> int:
+        self.parent.append(len(self.parent))
+        self.groups.append(group)
+        return len(self.parent) - 1
+
+    def find(self, i: int) -> int:
+        while self.parent[i] != i:
+            self.parent[i] = self.parent[self.parent[i]]
+            i = self.parent[i]
+        return i
+
+    def union(self, a: int, b: int) -> bool:
+        """Merge two groups unless they hold reductions over different ranges."""
+        a, b = self.find(a), self.find(b)
+        if a == b:
+            return True
+        ga, gb = self.groups[a], self.groups[b]
+        if ga.signature is not None and gb.signature is not None and ga.signature != gb.signature:
+            return False
+        self.parent[b] = a
+        ga.reductions += gb.reductions
+        ga.signature = ga.signature or gb.signature
+        ga.needed |= gb.needed
+        ga.epilogue |= gb.epilogue
+        if gb.kind == "reduction" or (gb.kind == "pointwise" and ga.kind == "copy"):
+            ga.kind = gb.kind
+        return True
+
+
+def _numel(fact: Fact | None) -> int | None:
+    if fact is None or any(s is None for s in fact[0]):
+        return None
+    n = 1
+    for s in fact[0]:
+        n *= s  # type: ignore[operator]
+    return n
+
+
+class InductorCost:
+    name = "inductor"
+
+    def __init__(self, registry: Registry, weights: dict[str, float] | None = None, device: str = "cpu") -> None:
+        self.registry = registry
+        self.weights = _weights(weights)
+        self.device = device
+
+    # -- classification ------------------------------------------------------------------------
+
+    def kind(self, op: str, key: object = None) -> str:
+        """``view`` | ``pointwise`` | ``reduction`` | ``matmul`` | ``extern`` | ``cat`` | ``input``
+        | ``list``."""
+        if op == "Input":
+            return "input"
+        if op in ("Cons", "Nil"):
+            return "list"
+        if op in FREE_CONSTRUCTORS:
+            return "view"
+        if op == "Cat":
+            return "cat"
+        return category(self.registry.calls[key])  # type: ignore[index]
+
+    # -- the node-local approximation for the extractors ---------------------------------------
+
+    def bind(self, graph: Frozen, facts: dict[int, Fact]) -> Callable[[ENode], float]:
+        kinds = [self.kind(n.op, n.children[0] if n.op in ("Unary", "Binary", "Op") else None)
+                 for n in graph.nodes]
+        fusible = _fusible_classes(graph, kinds, self.device)
+        direct = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "matmul", "extern")}
+        w = self.weights
+
+        def own(node: ENode, k: str) -> float:
+            if k in ("view", "input") or (k == "list" and (node.op == "Nil" or node.children[2] < 0)):
+                return 0.0
+            if k == "list":  # a cat piece: written in place by its own kernel, or copied
+                return 0.0 if self.device == "cuda" or node.children[0] in direct else w["copy"]
+            if k == "cat" and node.op == "Cat":  # on CPU its pieces carry the cost
+                return w["pointwise"] if self.device == "cuda" else 0.0
+            if k == "pointwise":
+                return 0.0 if any(c in fusible for c in _reads(graph, node)) else w["pointwise"]
+            return w[k]
+
+        costs = {id(n): own(n, k) for n, k in zip(graph.nodes, kinds)}
+
+        def cost(node: ENode) -> float:
+            return costs[id(node)]
+
+        return cost
+
+    # -- the simulation on a concrete DAG --------------------------------------------------------
+
+    def total(self, roots: list[Term], facts: Facts) -> float:
+        return self.predict(roots, facts).weighted
+
+    def predict(self, roots: list[Term], facts: Facts) -> Prediction:
+        order = topo(roots)
+        facts = complete(order, facts)
+        sim = _Simulation(self, facts)
+        for term in order:
+            sim.visit(term)
+        for root in roots:
+            sim.use(root, None)
+        return sim.result()
+
+
+def _reads(graph: Frozen, node: ENode) -> list[int]:
+    if node.op == "Op":
+        out, lst, seen = [], node.children[1], set()
+        while lst not in seen:
+            seen.add(lst)
+            cons = next((graph.nodes[n] for n in graph.classes[lst] if graph.nodes[n].op == "Cons"), None)
+            if cons is None:
+                break
+            out.append(cons.children[0])
+            lst = cons.children[1]
+        return out
+    return [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s == "T"]
+
+
+def _fusible_classes(graph: Frozen, kinds: list[str], device: str) -> set[int]:
+    """Classes one of whose nodes a fusible kernel can compute: a pointwise op or a reduction,
+    or a view of such a class (fixpoint over views)."""
+    out = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "reduction")
+           or (device == "cuda" and k == "cat")}
+    views = [(n.eclass, n.children[0]) for n, k in zip(graph.nodes, kinds) if k == "view" and n.op != "Op"]
+    views += [(n.eclass, c) for n, k in zip(graph.nodes, kinds) if k == "view" and n.op == "Op"
+              for c in _reads(graph, n)[:1]]
+    changed = True
+    while changed:
+        changed = False
+        for cls, src in views:
+            if src in out and cls not in out:
+                out.add(cls)
+                changed = True
+    return out
+
+
+class _Simulation:
+    """One pass over a DAG in topological order, grouping terms into kernels."""
+
+    def __init__(self, model: InductorCost, facts: Facts) -> None:
+        self.model, self.facts = model, facts
+        self.uf = _UnionFind()
+        self.kind: dict[Term, str] = {}
+        self.src: dict[Term, Term] = {}  # a view -> the term it views
+        self.depth: dict[Term, int] = {}
+        self.group: dict[Term, int] = {}
+        self.extern = 0
+        self.weighted_extern = 0.0
+        self.horizontal: dict[tuple[Term, int | None, int], int] = {}
+
+    def level(self, term: Term) -> int:
+        """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
+        s = self.src[term]
+        return self.depth[s] + (self.kind[s] in ("extern", "matmul", "cat-kernel"))
+
+    def use(self, term: Term, reader: Term | None) -> None:
+        """``reader`` (None: the graph's output) reads ``term``: its kernel must run."""
+        s = self.src.get(term, term)
+        if s in self.group and (reader is None or self.group.get(reader) is None
+                                or self.uf.find(self.group[reader]) != self.uf.find(self.group[s])):
+            self.uf.groups[self.uf.find(self.group[s])].needed = True
+
+    def new_group(self, term: Term, kind: str, depth: int) -> int:
+        g = self.uf.new(_Group(kind))
+        self.group[term] = g
+        self.depth[term] = depth
+        return g
+
+    def fuse_in(self, term: Term, args: list[Term], numel: int | None = None) -> None:
+        """Vertical fusion with pointwise/reduction producers at the same depth, then
+        horizontal fusion with kernels that read the same tensors the same way (``numel``: the
+        elements the kernel writes, when ``term`` has no fact of its own)."""
+        g = self.group[term]
+        numel = numel if numel is not None else _numel(self.facts.get(term))
+        for a in args:
+            s = self.src[a]
+            if s in self.group and self.kind[s] in ("pointwise", "reduction") and self.depth[s] == self.depth[term]:
+                if self.uf.union(g, self.group[s]) and self.kind[s] == "reduction":
+                    self.uf.groups[self.uf.find(g)].epilogue = True
+            elif self.kind[s] not in ("pointwise", "reduction"):
+                key = (a, numel, self.depth[term])
+                if key in self.horizontal:
+                    self.uf.union(self.horizontal[key], g)
+                else:
+                    self.horizontal[key] = g
+        for a in args:
+            self.use(a, term)
+
+    def visit(self, term: Term) -> None:
+        op = term.op
+        key = term.args[0] if op in ("Unary", "Binary", "Op") else None
+        kind = self.model.kind(op, key)
+        if kind == "list":
+            return
+        args = tensor_args(term)
+        if kind in ("view", "input"):
+            self.kind[term] = kind
+            self.src[term] = self.src[args[0]] if kind == "view" and args else term
+            if term is self.src[term]:
+                self.depth[term] = 0
+            return
+        self.src[term] = term
+        depth = max((self.level(a) for a in args), default=0)
+        call = self.model.registry.calls[key] if key is not None else None
+        if kind == "cat":
+            self.visit_cat(term, args, depth)
+            return
+        self.kind[term] = kind
+        if kind in ("pointwise", "reduction"):
+            g = self.new_group(term, kind, depth)
+            if kind == "reduction":
+                group = self.uf.groups[g]
+                group.reductions.append(term)
+                group.signature = (_numel(self.facts.get(args[0])) or -1, _numel(self.facts.get(term)) or -1)
+                group.needed = True
+            self.fuse_in(term, args)
+            return
+        # matmul / extern: one launch; its operands must exist.
+        self.depth[term] = depth
+        self.extern += 1
+        self.weighted_extern += self.model.weights[kind]
+        for a in args:
+            self.use(a, term)
+        assert call is not None
+        n_tensors = sum(isinstance(x, Slot) for x in call.leaves)
+        rank = len(self.facts[args[0]][0]) if args and args[0] in self.facts else 2
+        if call.name == "linear" and n_tensors >= 3 and rank > 2:
+            # an mm, then the bias added by a pointwise kernel that fuses with the consumers
+            self.kind[term] = "pointwise"
+            self.depth[term] = depth + 1
+            self.new_group(term, "pointwise", depth + 1)
+        elif call.name == "embedding_bag" and rank == 2:
+            # 2-D indices: the flattened indices and offsets are prepared by a kernel
+            prep = Term("Op", ("<offsets>", term))
+            self.kind[prep], self.src[prep] = "pointwise", prep
+            self.uf.groups[self.new_group(prep, "pointwise", depth)].needed = True
+            self.fuse_in(prep, args[:1])
+
+    def visit_cat(self, term: Term, args: list[Term], depth: int) -> None:
+        if self.model.device == "cuda" and len(args) <= CUDA_POINTWISE_CAT:
+            self.kind[term] = "pointwise"
+            self.new_group(term, "pointwise", depth)
+            self.fuse_in(term, args)
+            return
+        self.kind[term] = "cat-kernel"
+        self.depth[term] = depth
+        for a in args:
+            s = self.src[a]
+            whole = _numel(self.facts.get(a)) == _numel(self.facts.get(s))
+            if a is s and self.kind[s] in ("extern", "matmul"):
+                continue  # an extern call writes its result into the slot
+            if whole and self.kind[s] == "pointwise":
+                self.uf.groups[self.uf.find(self.group[s])].needed = True  # it writes its slot
+                continue
+            write = Term("Op", ("<copy>", a, term))
+            self.kind[write], self.src[write] = "copy", write
+            inlined = self.kind[s] == "pointwise"  # a piece of a pointwise kernel is recomputed
+            g = self.new_group(write, "copy", self.depth[s] if inlined else self.level(a))
+            self.uf.groups[g].needed = True
+            if not inlined:
+                self.fuse_in(write, [a], _numel(self.facts.get(a)))
+
+    def result(self) -> Prediction:
+        out = Prediction(extern=self.extern, weighted=self.weighted_extern)
+        w = self.model.weights
+        roots = {self.uf.find(g) for g in self.group.values()}
+        for r in roots:
+            g = self.uf.groups[r]
+            if not g.needed:
+                continue  # inlined into every reader
+            out.kernels += 1
+            out.weighted += w[g.kind]
+            if self.model.device == "cpu" and g.reductions:
+                base = max(CPU_REDUCTION_OBJECTS.get(self.model.registry.calls[t.args[0]].name, 1)
+                           for t in g.reductions)
+                out.objects += CPU_EPILOGUE_OBJECTS if base == 1 and g.epilogue else base
+            else:
+                out.objects += 1
+        return out
+
+

@@ -1,0 +1,108 @@
+"""The cost model and the extractor a pipeline run uses, by the names the options give.
+
+``cost_model``: ``eager`` (default) | ``inductor`` | ``memory`` (see :mod:`optimus_egg.extract.cost`).
+``extractor``: ``greedy`` (default; DAG-aware, fast) | ``ilp`` (exact, needs scipy; falls back to
+greedy's result when HiGHS finds nothing better within its time limit) | ``compare`` (runs both,
+keeps the better, and reports what each cost and took).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from optimus_egg.egraph import Frozen
+from optimus_egg.extract import greedy_dag, ilp
+from optimus_egg.extract.cost import CostModel, KernelCost, MemoryCost
+from optimus_egg.extract.dag import Fact, Facts, extracted
+from optimus_egg.extract.greedy_dag import Extraction
+from optimus_egg.extract.inductor import InductorCost
+from optimus_egg.frontend import Translation
+from optimus_egg.ir import Term
+from optimus_egg.optable import Registry, val
+
+COST_MODELS = {"eager": KernelCost, "inductor": InductorCost, "memory": MemoryCost}
+EXTRACTORS = ("greedy", "ilp", "compare")
+
+
+def check_name(kind: str, name: str, valid: Any) -> str:
+    if name not in valid:
+        raise ValueError(f"unknown {kind} {name!r}; valid: {', '.join(valid)}")
+    return name
+
+
+def cost_model(name: str, registry: Registry, weights: dict[str, float] | None = None,
+               device: str = "cpu") -> CostModel:
+    cls = COST_MODELS[check_name("cost_model", name, COST_MODELS)]
+    if cls is InductorCost:
+        return InductorCost(registry, weights, device)
+    return cls(registry, weights)
+
+
+def device_of(tr: Translation) -> str:
+    """``cuda`` when the graph's inputs live on a CUDA device, else ``cpu``."""
+    for node in tr.inputs:
+        v = val(node)
+        if getattr(v, "is_cuda", False):
+            return "cuda"
+    return "cpu"
+
+
+def term_facts(tr: Translation) -> Facts:
+    return {t: (tuple(shape), dtype) for t, shape, dtype in tr.facts}
+
+
+def seed_facts(tr: Translation, names: dict[Term, int], graph: Frozen) -> dict[int, Fact]:
+    """The facts of the classes that translated terms landed in."""
+    out: dict[int, Fact] = {}
+    for t, shape, dtype in tr.facts:
+        ref = names.get(t)
+        if ref is not None and ref in graph.refs:
+            out[graph.refs[ref]] = (tuple(shape), dtype)
+    return out
+
+
+def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, Fact], extractor: str = "greedy",
+            time_limit: float = ilp.TIME_LIMIT) -> tuple[Extraction, dict[str, Any]]:
+    """Extract with ``extractor`` under ``model`` (``facts``: every class's shape, from
+    :func:`~optimus_egg.extract.dag.class_facts`); the dict says what each extractor run cost and took (for
+    ``compare``: both, and how many classes they chose differently)."""
+    check_name("extractor", extractor, EXTRACTORS)
+    cost = model.bind(graph, facts)
+    start = time.perf_counter()
+    greedy = greedy_dag.extract(graph, roots, cost)
+    info: dict[str, Any] = {"greedy": {"cost": greedy.cost, "seconds": time.perf_counter() - start}}
+    if extractor == "greedy":
+        return greedy, info
+    ex, result = ilp.extract(graph, roots, cost, greedy, time_limit)
+    info["ilp"] = {"cost": ex.cost if ex is not greedy else (_cost_of(graph, roots, cost, result.choice)),
+                   "seconds": result.seconds, "status": result.status, "variables": result.variables,
+                   "constraints": result.constraints, "used": ex is not greedy}
+    if extractor == "compare":
+        info["greedy"]["kernels"] = total(model, graph, greedy, roots, facts)
+        info["ilp"]["kernels"] = total(model, graph, ex, roots, facts)
+        mine = reachable(graph, roots, greedy.choice)
+        theirs = reachable(graph, roots, ex.choice)
+        info["differing_classes"] = sum(1 for c in mine | theirs if greedy.choice.get(c) != ex.choice.get(c))
+        info["greedy_worse_by"] = greedy.cost - ex.cost
+    return ex, info
+
+
+def _cost_of(graph: Frozen, roots: list[int], cost: Any, choice: dict[int, int] | None) -> float | None:
+    """The DAG cost of an ILP choice that was not used (None: it had none, or it is unusable)."""
+    if choice is None or not all(r in choice for r in roots):
+        return None
+    kids = [greedy_dag._class_kids(graph, n) for n in range(len(graph.nodes))]
+    if greedy_dag._has_cycle(roots, choice, kids):
+        return None
+    return greedy_dag.dag_cost(roots, choice, kids, [cost(n) for n in graph.nodes])
+
+
+def reachable(graph: Frozen, roots: list[int], choice: dict[int, int]) -> set[int]:
+    return set(extracted(graph, choice, roots))
+
+
+def total(model: CostModel, graph: Frozen, ex: Extraction, roots: list[int], facts: dict[int, Fact]) -> float:
+    """The model's reported figure for an extraction: its total on the extracted term DAG."""
+    terms = extracted(graph, ex.choice, roots)
+    return model.total([terms[r] for r in roots], {t: facts[c] for c, t in terms.items() if c in facts})

@@ -1,0 +1,121 @@
+"""Cost models: eager launches, Inductor's fused kernels (checked against Inductor itself), bytes."""
+
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from optimus_egg.bench.models import chain
+from optimus_egg.counting import eager_launches
+from optimus_egg.extract import select
+from optimus_egg.extract.cost import KernelCost, MemoryCost
+from optimus_egg.extract.inductor import InductorCost
+from optimus_egg.frontend import translate
+from optimus_egg.ir import Term
+from optimus_egg.pipeline import capture
+from tests.helpers import Fn, check
+
+W = torch.randn(8, 8)
+
+
+def _dag(fn, *inputs):
+    tr = translate(capture(Fn(fn), inputs))
+    roots = [t for t in tr.outputs if isinstance(t, Term)]
+    return tr, roots, select.term_facts(tr)
+
+
+def predict(fn, *inputs, device="cpu"):
+    tr, roots, facts = _dag(fn, *inputs)
+    return InductorCost(tr.registry, device=device).predict(roots, facts)
+
+
+def test_inductor_model_fuses_pointwise_and_keeps_externs_apart():
+    x = torch.randn(4, 8)
+    chain3 = predict(lambda x: torch.sigmoid(torch.tanh(torch.relu(x))), x)
+    assert (chain3.kernels, chain3.extern) == (1, 0)
+    around = predict(lambda x: torch.relu(F.linear(torch.relu(x), W)), x)
+    assert (around.kernels, around.extern) == (2, 1)  # a kernel cannot run before and after the mm
+    branches = predict(lambda x: (torch.relu(x), torch.tanh(x)), x)
+    assert branches.kernels == 1  # same input, same size: fused horizontally
+    reduction = predict(lambda x: torch.relu(x).sum(1), x)
+    assert (reduction.kernels, reduction.extern) == (1, 0)  # the pointwise producer fuses in
+
+
+def test_inductor_model_cat_rules_per_device():
+    x = torch.randn(4, 8)
+
+    def pieces(x):
+        return torch.cat([torch.relu(p) for p in x.split(2, 1)], 1)
+
+    def copies(x):
+        return torch.cat(x.split(2, 1), 1) * 2
+
+    assert predict(pieces, x).kernels == 4  # CPU: each piece's kernel writes its slot
+    assert predict(copies, x).kernels == 5  # four copies, then the multiply
+    assert predict(pieces, x, device="cuda").kernels == 1  # CUDA: a pointwise cat, fused
+    eager = KernelCost(_dag(pieces, x)[0].registry)
+    assert eager.total(_dag(pieces, x)[1]) == 5  # eager: 4 relus and the cat
+
+
+_EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
+
+
+def test_inductor_model_matches_inductor_on_cpu():
+    """The prediction is Inductor's own count: kernel objects and extern calls, compiled."""
+    from torch._inductor import metrics
+    from torch._inductor.utils import run_and_get_code
+
+    x = torch.randn(8, 16)
+    w = torch.randn(16, 16)
+    cases = [lambda x: torch.cat([torch.tanh(p) for p in x.split(4, 1)], 1) + 1,
+             lambda x: torch.relu(torch.relu(x) @ w).mean(1),
+             lambda x: torch.stack([torch.relu(x), x * 2], 1)]
+    for fn in cases:
+        torch._dynamo.reset()
+        metrics.reset()
+        with torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+            _, codes = run_and_get_code(torch.compile(Fn(fn), backend="inductor"), x)
+        extern = sum(len(_EXTERN.findall(c[c.find("def call("):])) for c in codes)
+        got = predict(fn, x)
+        assert (got.objects, got.extern) == (metrics.generated_kernel_count, extern)
+
+
+def test_memory_model_counts_bytes_read_and_written():
+    x = torch.randn(4, 8)
+    tr, roots, facts = _dag(lambda x: torch.relu(x), x)
+    assert MemoryCost(tr.registry).total(roots, facts) == 2 * 4 * 8 * 4
+    tr, roots, facts = _dag(lambda x, y: torch.cat([x, y], 0), x, x.clone())
+    assert MemoryCost(tr.registry).total(roots, facts) == 2 * 2 * 4 * 8 * 4  # read and write both pieces
+    tr, roots, facts = _dag(lambda x: x.double().sum(), x)
+    assert MemoryCost(tr.registry).total(roots, facts) == (4 * 8 * 4 + 4 * 8 * 8) + (4 * 8 * 8 + 8)
+
+
+def test_weights_scale_each_category():
+    x = torch.randn(4, 8)
+    tr, roots, facts = _dag(lambda x: torch.relu(F.linear(x, W)), x)
+    assert KernelCost(tr.registry).total(roots) == 2
+    assert KernelCost(tr.registry, {"matmul": 5, "pointwise": 0.5}).total(roots) == 5.5
+    assert InductorCost(tr.registry, {"matmul": 5}).total(roots, facts) == 6
+    with pytest.raises(ValueError, match="valid: pointwise"):
+        KernelCost(tr.registry, {"matmull": 2})
+
+
+@pytest.mark.parametrize("cost_model", ["inductor", "memory"])
+def test_every_cost_model_extracts_the_clean_chain(cost_model):
+    model, inputs = chain(6)()
+    report, gm = check(model, *inputs, cost_model=cost_model)
+    clean, _ = chain(6, clean=True)()
+    assert eager_launches(gm, *inputs) == eager_launches(clean, *inputs)  # the floor
+    assert report.cost_model == cost_model and set(report.costs) == {"eager", "inductor", "memory"}
+    assert report.kernels_after < report.kernels_before
+    assert (report.kernels_before, report.kernels_after) == report.costs[cost_model]
+
+
+def test_unknown_cost_model_or_extractor_is_a_clear_error():
+    from optimus_egg import optimize
+
+    with pytest.raises(ValueError, match="valid: eager, inductor, memory"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), cost_model="fast")
+    with pytest.raises(ValueError, match="valid: greedy, ilp, compare"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), extractor="best")

@@ -1,0 +1,74 @@
+"""``optimus-egg tune``: measure, fit, save a profile that ``optimize`` loads; bad profiles fail clearly."""
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from optimus_egg import optimize
+from optimus_egg.cli import main
+from optimus_egg.extract import tune
+from optimus_egg.extract.cost import CATEGORIES
+from tests.helpers import Fn
+
+W = torch.randn(8, 8)
+
+
+def _model():
+    return Fn(lambda x: torch.relu(F.linear(x, W))), (torch.randn(4, 8),)
+
+
+def test_tune_writes_a_profile_that_changes_the_cost_weights(tmp_path):
+    path = tmp_path / "profile.json"
+    assert main(["tune", "--shapes", "4x8,8x16", "--repeats", "1", "--inner", "2", "--out", str(path)]) == 0
+    profile = tune.load_profile(path)
+    assert profile.device == "cpu" and profile.shapes == [[4, 8], [8, 16]]
+    assert set(profile.weights) == set(CATEGORIES) and profile.weights["pointwise"] == 1
+    assert all(w > 0 for w in profile.weights.values())
+    assert all(len(profile.seconds[c]) == 2 for c in CATEGORIES)
+
+    model, inputs = _model()
+    _, plain = optimize(model, inputs)
+    _, tuned = optimize(model, inputs, cost_profile=str(path))
+    assert plain.kernels_before == 2  # one linear, one relu
+    assert tuned.kernels_before == pytest.approx(profile.weights["matmul"] + profile.weights["pointwise"])
+
+
+def test_fit_is_relative_to_a_pointwise_launch():
+    weights = tune.fit({"pointwise": [1.0, 2.0], "matmul": [4.0, 8.0], "reduction": [1.0, 8.0]})
+    assert weights == {"pointwise": 1.0, "matmul": 4.0, "reduction": 2.0}
+
+
+def test_model_shapes_come_from_the_graph():
+    model, inputs = _model()
+    assert tune.model_shapes(model, inputs)[0] == (4, 8)  # x, the linear and the relu; W is (8, 8)
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "does not exist"),
+    ("{not json", "is not JSON"),
+    (json.dumps({"version": 99, "weights": {"pointwise": 1}}), "version-1"),
+    (json.dumps({"version": 1}), "no 'weights'"),
+    (json.dumps({"version": 1, "weights": {"matmull": 2}}), "unknown categories"),
+    (json.dumps({"version": 1, "weights": {"matmul": -1}}), "finite number >= 0"),
+    (json.dumps({"version": 1, "weights": {"matmul": "fast"}}), "finite number >= 0"),
+])
+def test_bad_profiles_are_clear_errors(tmp_path, content, message):
+    path = tmp_path / "profile.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(ValueError, match=message):
+        tune.load_profile(path)
+    model, inputs = _model()
+    with pytest.raises(ValueError, match=message):
+        optimize(model, inputs, cost_profile=str(path))
+
+
+def test_bad_arguments_are_clear_errors():
+    with pytest.raises(ValueError, match="ROWSxCOLS"):
+        tune.parse_shapes("64by64")
+    with pytest.raises(ValueError, match="valid: cpu, cuda"):
+        tune.tune([(2, 2)], device="tpu")
+    with pytest.raises(SystemExit, match="unknown model"):
+        main(["tune", "--model", "nope", "--out", "/dev/null"])

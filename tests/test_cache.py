@@ -1,0 +1,86 @@
+"""Recompiling an identical graph is served from the cache: no second saturation."""
+
+import operator
+
+import pytest
+import torch
+
+from optimus_egg import cache, optimize
+from optimus_egg.bench.models import chain
+from optimus_egg.egraph import EGraph
+from tests.helpers import Fn
+
+
+@pytest.fixture
+def saturations(monkeypatch):
+    cache.clear()
+    calls = []
+    real = EGraph.saturate
+
+    def counted(self, budget):
+        calls.append(budget)
+        return real(self, budget)
+
+    monkeypatch.setattr(EGraph, "saturate", counted)
+    yield calls
+    cache.clear()
+
+
+def test_identical_graph_skips_saturation_and_is_still_correct(saturations):
+    model, inputs = chain(6)()
+    gm1, first = optimize(model, inputs)
+    twin, _ = chain(6)()  # a second instance: a new graph with the same structure and shapes
+    gm2, second = optimize(twin, inputs)
+    assert len(saturations) == 1
+    assert not first.cache_hit and second.cache_hit
+    assert "saturate" not in second.seconds and "cache" in second.seconds
+    assert (second.kernels_before, second.kernels_after, second.rules_fired) == (
+        first.kernels_before, first.kernels_after, first.rules_fired)
+    x = torch.randn_like(inputs[0])
+    torch.testing.assert_close(gm2(x), twin(x))
+    torch.testing.assert_close(gm1(x), model(x))
+
+
+def test_a_different_shape_option_or_constant_is_searched_again(saturations):
+    def fn(x):
+        return torch.cat([torch.relu(p) for p in x.split(2, 1)], 1).clamp(min=0.5)
+
+    optimize(Fn(fn), (torch.randn(4, 8),))
+    optimize(Fn(fn), (torch.randn(4, 12),))  # other shapes
+    optimize(Fn(fn), (torch.randn(4, 8),), max_iterations=5)  # other options
+    gm, report = optimize(Fn(lambda x: fn(x).clamp(max=2.0)), (torch.randn(4, 8),))  # other constant
+    assert len(saturations) == 4 and not report.cache_hit
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(gm(x), fn(x).clamp(max=2.0))
+
+
+class Scale:
+    """An arbitrary object passed to a call: its repr does not identify it."""
+
+    def __init__(self, k):
+        self.k = k
+
+    def __repr__(self):
+        return "Scale"
+
+
+def scaled(x, scale):
+    return x * scale.k
+
+
+def _graph(scale):
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    pieces = graph.call_function(torch.split, (x, 4, 1))
+    glued = graph.call_function(torch.cat, ([graph.call_function(operator.getitem, (pieces, i)) for i in range(2)], 1))
+    graph.output(graph.call_function(scaled, (glued, scale)))
+    return torch.fx.GraphModule(torch.nn.Module(), graph)
+
+
+def test_calls_with_arbitrary_constants_are_not_cached(saturations):
+    x = torch.randn(2, 8)
+    for k in (2.0, 3.0):  # same repr, different values: the key cannot tell them apart
+        gm, report = optimize(_graph(Scale(k)), (x,))
+        assert not report.cache_hit
+        assert [n.args[1].k for n in gm.graph.nodes if n.target is scaled] == [k]
+    assert len(saturations) == 2
