@@ -1,8 +1,8 @@
 """DAG-aware greedy extraction: a shared subterm is paid once.
 
 Each class keeps the cheapest node found so far together with the set of classes its subgraph
-uses (and their costs); a node's cost is the cost of the union of its children's sets plus its
-own. Greedy can, in rare cases, pick a cyclic combination as children improve after their
+uses; a node's cost is the cost of the union of its children's sets plus its own. Greedy can,
+in rare cases, pick a cyclic combination as children improve after their
 parents; then a tree-cost extraction with strictly positive costs (always acyclic) is used.
 """
 
@@ -45,30 +45,54 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel) -> Extraction:
 
 
 def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:
+    """Each class's sub-DAG is a bitset of classes, so a union is one big-int OR; its cost is
+    the most expensive child's cost plus the classes the other children add (usually few: they
+    share most of their past). Dict-of-class sets made this quadratic on long chains."""
     parents: dict[int, list[int]] = defaultdict(list)
     for n, ks in enumerate(kids):
         for k in set(ks):
             parents[k].append(n)
-    best: dict[int, tuple[float, dict[int, float]]] = {}
+    total: dict[int, float] = {}  # class -> cost of its chosen sub-DAG
+    mask: dict[int, int] = {}  # class -> the classes of that sub-DAG, itself included
+    paid: dict[int, float] = {}  # class -> own cost of the node it uses now
     choice: dict[int, int] = {}
     work = [n for n, ks in enumerate(kids) if not ks]
     while work:
         n = work.pop()
         cls = graph.nodes[n].eclass
-        if any(k not in best for k in kids[n]):
+        ks = set(kids[n])
+        if any(k not in mask for k in ks):
             continue
-        used: dict[int, float] = {}
-        for k in kids[n]:
-            used.update(best[k][1])
-        if cls in used:
-            continue
-        used[cls] = own[n] + EPSILON
-        total = sum(used.values())
-        if cls not in best or total < best[cls][0] - 1e-9:
-            best[cls] = (total, used)
-            choice[cls] = n
+        used, cost = 0, 0.0
+        if ks:
+            base = max(ks, key=total.__getitem__)
+            used, cost = mask[base], total[base]
+            for k in ks:
+                extra = mask[k] & ~used
+                if extra:
+                    cost += sum(paid[c] for c in _bits(extra))
+                    used |= extra
+        bit = 1 << cls
+        if used & bit:
+            continue  # the node reaches its own class: a cycle
+        cost += own[n] + EPSILON
+        if cls not in total or cost < total[cls] - 1e-9:
+            total[cls], mask[cls], paid[cls], choice[cls] = cost, used | bit, own[n] + EPSILON, n
             work.extend(parents[cls])
     return choice
+
+
+def _bits(x: int) -> list[int]:
+    """Positions of the set bits of ``x``."""
+    if x.bit_count() < 64:
+        out = []
+        while x:
+            low = x & -x
+            out.append(low.bit_length() - 1)
+            x ^= low
+        return out
+    digits = bin(x)[:1:-1]  # least significant first
+    return [i for i, c in enumerate(digits) if c == "1"]
 
 
 def _tree(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:
