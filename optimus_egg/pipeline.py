@@ -7,12 +7,14 @@ warning (or raises, with ``strict=True`` or ``OPTIMUS_EGG_STRICT=1``).
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import gc
 import os
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 import torch.fx as fx
@@ -113,7 +115,8 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None) -> tuple[
     options = options or Options()
     report = Report()
     try:
-        new_gm = _optimize(gm, options, report)
+        with _no_gc():
+            new_gm = _optimize(gm, options, report)
     except Exception as exc:  # noqa: BLE001 - any failure falls back to the unoptimized graph
         if options.strict or _strict_from_env():
             raise
@@ -125,6 +128,20 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None) -> tuple[
     log_debug("%s; %d FX nodes (%d opaque); %s", report.summary(), report.fx_nodes, report.opaque_nodes,
               report.timings())
     return new_gm, report
+
+
+@contextlib.contextmanager
+def _no_gc() -> Iterator[None]:
+    """The optimizer allocates tens of thousands of small acyclic objects (terms, e-nodes); with
+    the cyclic collector on, its passes over the whole heap (a model's is large) took 3/4 of the
+    translation time at 600 blocks."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphModule:
