@@ -102,6 +102,16 @@ class Region:
     after: list[fx.Node] = field(default_factory=list)  # emitted nodes, in graph order
 
 
+@dataclass
+class Diff:
+    regions: list[Region]
+    unchanged: int  # emitted calls that are an original call on equal inputs
+    names: dict[fx.Node, str]  # how to show an emitted node next to the original code
+
+    def name(self, node: fx.Node) -> str:
+        return self.names.get(node, node.name)
+
+
 def _origins(node: fx.Node) -> list[str]:
     own = [node.name] if node.op in ("placeholder", "get_attr") else []  # inputs are copied by name
     return own + [o for o in node.meta.get(ORIGIN, []) if o not in own]
@@ -128,19 +138,26 @@ def _same_call(a: fx.Node, b: fx.Node) -> bool:
     return True
 
 
-def diff_regions(before: fx.GraphModule, after: fx.GraphModule) -> tuple[list[Region], int]:
-    """The rewritten regions of ``before`` → ``after``, and how many emitted calls are unchanged."""
+def diff_regions(before: fx.GraphModule, after: fx.GraphModule) -> Diff:
+    """The rewritten regions of ``before`` → ``after``.
+
+    An unchanged emitted node is shown by its original name; a new one by its own, with ``_new``
+    when an original node has that name.
+    """
     by_name = {n.name: n for n in before.graph.nodes}
     kept: set[fx.Node] = set()
     new: list[fx.Node] = []
+    names: dict[fx.Node, str] = {}
     for a in after.graph.nodes:
         if a.op not in _COMPUTE:
             continue
         match = next((by_name[o] for o in _origins(a) if o in by_name and _same_call(a, by_name[o])), None)
         if match is None:
             new.append(a)
+            names[a] = f"{a.name}_new" if a.name in by_name else a.name
         else:
             kept.add(match)
+            names[a] = match.name
     removed = [b for b in before.graph.nodes if b.op in _COMPUTE and b not in kept]
 
     parent: dict[fx.Node, fx.Node] = {n: n for n in [*removed, *new]}
@@ -169,7 +186,7 @@ def diff_regions(before: fx.GraphModule, after: fx.GraphModule) -> tuple[list[Re
         groups.setdefault(find(a), Region()).after.append(a)
     order = {n: i for i, n in enumerate(before.graph.nodes)}
     regions = sorted(groups.values(), key=lambda r: order[r.before[0]] if r.before else len(order))
-    return regions, sum(1 for a in after.graph.nodes if a.op in _COMPUTE) - len(new)
+    return Diff(regions, len(kept), names)
 
 
 class _Name:
@@ -189,17 +206,18 @@ def _target(t: Any) -> str:
         return str(t)
 
 
-def fx_line(n: fx.Node) -> str:
-    """One node as a line of Python, the way FX's code would read."""
-    args, kwargs = map_arg((n.args, n.kwargs), lambda x: _Name(x.name))
+def fx_line(n: fx.Node, name: Callable[[fx.Node], str] = lambda x: x.name) -> str:
+    """One node as a line of Python, the way FX's code would read; ``name`` names nodes."""
+    args, kwargs = map_arg((n.args, n.kwargs), lambda x: _Name(name(x)))
+    lhs = name(n)
     if n.op == "call_function" and n.target is operator.getitem and len(args) == 2 and not kwargs:
-        return f"{n.name} = {args[0]!r}[{args[1]!r}]"
+        return f"{lhs} = {args[0]!r}[{args[1]!r}]"
     parts = [repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()]
     if n.op == "call_method":
-        return f"{n.name} = {parts[0]}.{n.target}({', '.join(parts[1:])})"
+        return f"{lhs} = {parts[0]}.{n.target}({', '.join(parts[1:])})"
     if n.op == "call_module":
-        return f"{n.name} = self.{n.target}({', '.join(parts)})"
-    return f"{n.name} = {_target(n.target)}({', '.join(parts)})"
+        return f"{lhs} = self.{n.target}({', '.join(parts)})"
+    return f"{lhs} = {_target(n.target)}({', '.join(parts)})"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -261,14 +279,23 @@ def _same_outputs(a: Any, b: Any) -> bool:
         if isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) else x == y for x, y in zip(la, lb))
 
 
-def _print_region(i: int, region: Region, max_lines: int, out: TextIO) -> None:
-    print(f"\nregion {i}: {len(region.before)} original nodes → {len(region.after)} nodes", file=out)
-    for label, nodes in (("before", region.before), ("after", region.after)):
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def _print_region(i: int, region: Region, diff: Diff, max_lines: int, out: TextIO) -> None:
+    def after_line(n: fx.Node) -> str:
+        same = _origins(n)
+        return fx_line(n, diff.name) + (f"  # equals original {', '.join(same)}" if same else "")
+
+    if len(region.before) == len(region.after) == 1:  # one call re-spelled: one line
+        print(f"\nregion {i}: {fx_line(region.before[0])}  →  {after_line(region.after[0])}", file=out)
+        return
+    print(f"\nregion {i}: {len(region.before)} original nodes → {len(region.after)}", file=out)
+    for label, nodes, line in (("before", region.before, fx_line), ("after", region.after, after_line)):
         print(f"  {label}:", file=out)
         for n in nodes[:max_lines]:
-            line = fx_line(n)
-            same = [o for o in _origins(n) if o != n.name] if label == "after" else []
-            print(f"    {line}" + (f"  # equals original {', '.join(same)}" if same else ""), file=out)
+            print(f"    {line(n)}", file=out)
         if len(nodes) > max_lines:
             print(f"    ... {len(nodes) - max_lines} more", file=out)
         if not nodes:
@@ -295,12 +322,14 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           f"{report.opaque_nodes} opaque (pinned in order, or unknown to the op table)", file=out)
     if report.fallback:
         print(f"\nFELL BACK: the graph was left unchanged ({report.fallback})", file=out)
+    costs = report.costs or {report.cost_model or "cost model": (report.kernels_before, report.kernels_after)}
     rows = [("eager launches, measured", *launches),
-            ("cost model (eager kernels)", report.kernels_before, report.kernels_after)]
-    width = max(len(r[0]) for r in rows)
-    print(f"\n{'kernels':{width}}  before  after", file=out)
-    for name, b, a in rows:
-        print(f"{name:{width}}  {b:>6g}  {a:>5g}", file=out)
+            *((f"cost model {name}" + (" (extracted by)" if name == report.cost_model else ""), *pair)
+              for name, pair in costs.items())]
+    table = [("kernels", "before", "after"), *((name, _number(b), _number(a)) for name, b, a in rows)]
+    widths = [max(len(r[i]) for r in table) for i in range(3)]
+    for name, b, a in table:
+        print(f"{name:{widths[0]}}  {b:>{widths[1]}}  {a:>{widths[2]}}", file=out)
     print(f"outputs equal to the original on the example inputs: {'yes' if equal else 'NO'}", file=out)
 
     fired = sorted(report.rules_fired.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -310,13 +339,14 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           f"iterations ({report.stop_reason or '-'}); extractor: {report.extractor or '-'}", file=out)
     print(f"time: {report.timings()}; total {report.total_seconds * 1e3:.0f} ms", file=out)
 
-    regions, unchanged = diff_regions(gm, new_gm)
-    print(f"\nrewritten regions: {len(regions)} ({unchanged} calls unchanged)", file=out)
-    for i, region in enumerate(regions, 1):
-        _print_region(i, region, max_lines, out)
+    diff = diff_regions(gm, new_gm)
+    print(f"\nrewritten regions: {len(diff.regions)} ({diff.unchanged} calls unchanged; those keep "
+          "their original names below)", file=out)
+    for i, region in enumerate(diff.regions, 1):
+        _print_region(i, region, diff, max_lines, out)
     if dot_dir is not None:
         print(file=out)
-        write_dot(gm, new_gm, regions, dot_dir, out)
+        write_dot(gm, new_gm, diff.regions, dot_dir, out)
     return report
 
 

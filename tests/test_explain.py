@@ -21,7 +21,7 @@ RULES = str(ROOT / "examples" / "relu_rules.py")
 def _kernels(out: str, row: str) -> tuple[float, float]:
     m = re.search(rf"^{re.escape(row)}\s+(\S+)\s+(\S+)$", out, re.M)
     assert m, out
-    return float(m[1]), float(m[2])
+    return float(m[1].replace(",", "")), float(m[2].replace(",", ""))
 
 
 def _dot_is_well_formed(text: str) -> None:
@@ -49,7 +49,10 @@ def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
     gm, report = optimize(model, inputs, families=["split_cat", "pointwise", RULES])
     assert measured == (eager_launches(model, *inputs), eager_launches(gm, *inputs))
     assert measured[1] < measured[0]
-    assert _kernels(out, "cost model (eager kernels)") == (report.kernels_before, report.kernels_after)
+    assert report.costs  # every cost model: a row with its figures before and after
+    for name, (before, after) in report.costs.items():
+        row = f"cost model {name}" + (" (extracted by)" if name == report.cost_model else "")
+        assert _kernels(out, row) == pytest.approx((before, after), abs=0.05)
     assert "outputs equal to the original on the example inputs: yes" in out
     assert f"relu-idempotent {report.rules_fired['relu-idempotent']}" in out
     assert f"{report.enodes} e-nodes" in out and "saturate" in out and "extract" in out
@@ -58,7 +61,8 @@ def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
     assert len(regions) == int(re.search(r"rewritten regions: (\d+)", out)[1]) >= 2
     cruft = next(r for r in regions if "torch.functional.split" in r)
     before, after = cruft.split("  after:")
-    assert "torch.cat" in before and "torch.sigmoid(l_x_)" in after and "torch.cat" not in after
+    assert "torch.cat" in before and "torch.cat" not in after
+    assert "sigmoid_new = torch.sigmoid(l_x_)" in after  # renamed: the original has a "sigmoid" too
     relus = next(r for r in regions if "torch.relu(" in r.split("  after:")[0])
     assert relus.split("  after:")[1].count("relu(") == 1  # two ReLUs became one
     for name in ("before", "after"):
@@ -90,12 +94,15 @@ def test_regions_of_a_pure_deletion():
 
     gm = capture(model, inputs)
     new_gm, _ = optimize(gm, inputs)
-    regions, unchanged = explain.diff_regions(gm, new_gm)
-    assert len(regions) == 1 and regions[0].after == []
-    assert {n.op for n in regions[0].before} == {"call_function"}
-    targets = {explain.fx_line(n).split(" = ")[1].split("(")[0] for n in regions[0].before}
+    diff = explain.diff_regions(gm, new_gm)
+    assert len(diff.regions) == 1 and diff.regions[0].after == []
+    assert {n.op for n in diff.regions[0].before} == {"call_function"}
+    targets = {explain.fx_line(n).split(" = ")[1].split("(")[0] for n in diff.regions[0].before}
     assert targets >= {"torch.functional.split", "torch.cat"}
-    assert unchanged == 2  # add, relu
+    assert diff.unchanged == 2  # add, relu: shown under their original names
+    add, relu = sorted((n for n in new_gm.graph.nodes if n.op == "call_function"), key=lambda n: n.name)
+    originals = {n.name: n for n in gm.graph.nodes}
+    assert originals[diff.name(relu)].target is torch.relu and originals[diff.name(add)].target is add.target
 
 
 def test_nothing_to_do_has_no_regions(capsys):
