@@ -328,6 +328,7 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
               for name, pair in costs.items())]
     table = [("kernels", "before", "after"), *((name, _number(b), _number(a)) for name, b, a in rows)]
     widths = [max(len(r[i]) for r in table) for i in range(3)]
+    print(file=out)
     for name, b, a in table:
         print(f"{name:{widths[0]}}  {b:>{widths[1]}}  {a:>{widths[2]}}", file=out)
     print(f"outputs equal to the original on the example inputs: {'yes' if equal else 'NO'}", file=out)
