@@ -20,6 +20,8 @@ DECLARATIONS = """
     (Sl T i64 i64 i64)
     (Squeeze T i64)
     (Unsqueeze T i64)
+    (Flat T i64)
+    (Unflat T i64 i64)
     (Cat TList)
     (Unary String T)
     (Binary String T T)
@@ -39,6 +41,8 @@ CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Sl": ("T", "i64", "i64", "i64"),
     "Squeeze": ("T", "i64"),
     "Unsqueeze": ("T", "i64"),
+    "Flat": ("T", "i64"),  # dims d and d+1 as one
+    "Unflat": ("T", "i64", "i64"),  # Unflat(x, d, n): dim d as (n, size/n)
     "Cat": ("TList",),
     "Unary": ("String", "T"),
     "Binary": ("String", "T", "T"),

@@ -539,7 +539,8 @@ def is_inplace(node: fx.Node) -> bool:
 #: it takes a list of tensors (cat, stack) rather than one.
 STRUCTURAL_CALLS: dict[str, tuple[Callable[..., Any], bool]] = {
     "Sl": (torch.narrow, False), "Select": (torch.select, False), "Squeeze": (torch.squeeze, False),
-    "Unsqueeze": (torch.unsqueeze, False), "Cat": (torch.cat, True), "Stack": (torch.stack, True)}
+    "Unsqueeze": (torch.unsqueeze, False), "Cat": (torch.cat, True), "Stack": (torch.stack, True),
+    "Flat": (torch.flatten, False), "Unflat": (torch.unflatten, False)}
 
 
 def emit_structural(graph: fx.Graph, form: str, inputs: Sequence[fx.Node], literals: Sequence[int]
@@ -550,5 +551,5 @@ def emit_structural(graph: fx.Graph, form: str, inputs: Sequence[fx.Node], liter
 
 
 #: The constructors that never launch a kernel by themselves.
-FREE_CONSTRUCTORS = frozenset({"Input", "Sl", "Squeeze", "Unsqueeze", "Cons", "Nil"})
+FREE_CONSTRUCTORS = frozenset({"Input", "Sl", "Squeeze", "Unsqueeze", "Flat", "Unflat", "Cons", "Nil"})
 __all__ = ["ARGS", "OPS", "Kind", "OpDef", "Registry", "Call", "Pieces", "lookup", "val"]

@@ -31,6 +31,18 @@ RULES = [
     D("size-unsqueeze-after", ("(= t (Unsqueeze x d))", "(= k (size x i))", "(>= i d)"), ("(set (size t (+ i 1)) k)",)),
     D("rank-unsqueeze", ("(= t (Unsqueeze x d))", "(= r (rank x))"), ("(set (rank t) (+ r 1))",)),
     D("dtype-unsqueeze", ("(= t (Unsqueeze x d))", "(= k (dtype x))"), ("(set (dtype t) k)",)),
+    # Flat(x, d) merges dims d and d+1; Unflat(x, d, n) splits dim d into (n, size / n).
+    D("size-flat-before", ("(= t (Flat x d))", "(= k (size x i))", "(< i d)"), ("(set (size t i) k)",)),
+    D("size-flat-dim", ("(= t (Flat x d))", "(= a (size x d))", "(= b (size x (+ d 1)))"), ("(set (size t d) (* a b))",)),
+    D("size-flat-after", ("(= t (Flat x d))", "(= k (size x i))", "(> i (+ d 1))"), ("(set (size t (- i 1)) k)",)),
+    D("rank-flat", ("(= t (Flat x d))", "(= r (rank x))"), ("(set (rank t) (- r 1))",)),
+    D("dtype-flat", ("(= t (Flat x d))", "(= k (dtype x))"), ("(set (dtype t) k)",)),
+    D("size-unflat-before", ("(= t (Unflat x d n))", "(= k (size x i))", "(< i d)"), ("(set (size t i) k)",)),
+    D("size-unflat-dims", ("(= t (Unflat x d n))", "(= m (size x d))"),
+      ("(set (size t d) n)", "(set (size t (+ d 1)) (/ m n))")),
+    D("size-unflat-after", ("(= t (Unflat x d n))", "(= k (size x i))", "(> i d)"), ("(set (size t (+ i 1)) k)",)),
+    D("rank-unflat", ("(= t (Unflat x d n))", "(= r (rank x))"), ("(set (rank t) (+ r 1))",)),
+    D("dtype-unflat", ("(= t (Unflat x d n))", "(= k (dtype x))"), ("(set (dtype t) k)",)),
     # Cat(l): the sum of the pieces along the list's dim, the head's size elsewhere.
     D("lsize-nil", ("(= l (Nil))",), ("(set (lsize l) 0)",)),
     D("lsize-cons", ("(= l (Cons a r d))", "(= m (size a d))", "(= k (lsize r))"), ("(set (lsize l) (+ m k))",)),

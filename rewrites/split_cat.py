@@ -34,6 +34,20 @@ RULES = [
            ("(union t (Sl x d (+ u s) n))",), covers="split_cat_pass"),
     Derive("slice-in-part-of-op", ("(slice-in t l d s n)", "(list-cell l a r d)", "(= a (Op k xs))",
                                    "(= m (size a d))", "(< (+ s n) m)"), ("(union t (Sl a d s n))",)),
+    # Unbind and stack as views: a size-1 dim squeezed away is that dim merged into the next, and
+    # merging commutes with slicing the outer dim, so the pieces of an unbind are slices of one
+    # flattened view and a cat of them is that view (likewise stack of equal pieces → unflatten).
+    Rule("squeeze-as-flat", "(Squeeze y d)", "(Flat y d)", ("(= 1 (size y d))", "(= r (rank y))", "(> r (+ d 1))"),
+         covers="unbind_cat_to_view_pass"),
+    Rule("flat-of-slice", "(Flat (Sl x d s a) d)", "(Sl (Flat x d) d (* s k) (* a k))", ("(= k (size x (+ d 1)))",),
+         covers="unbind_cat_to_view_pass"),
+    Rule("unsqueeze-as-unflat", "(Unsqueeze y d)", "(Unflat y d 1)", ("(= r (rank y))", "(< d r)"),
+         covers="split_stack_to_cats_pass"),
+    Rule("unflat-of-slice", "(Unflat (Sl x d s a) d c)", "(Sl (Unflat x d (/ m (/ a c))) d (/ s (/ a c)) c)",
+         ("(= m (size x d))", "(= 0 (% a c))", "(= 0 (% s (/ a c)))", "(= 0 (% m (/ a c)))"),
+         covers="split_stack_to_cats_pass"),
+    Rule("flat-unflat", "(Flat (Unflat x d n) d)", "x"),
+    Rule("unflat-flat", "(Unflat (Flat x d) d n)", "x", ("(= n (size x d))",)),
     Rule("squeeze-unsqueeze", "(Squeeze (Unsqueeze x d) d)", "x", covers="unbind_stack_pass"),
     Rule("unsqueeze-squeeze", "(Unsqueeze (Squeeze x d) d)", "x", ("(= 1 (size x d))",),
          covers="unbind_stack_pass"),

@@ -142,3 +142,40 @@ def test_adjacent_slices_after_another_piece_keep_the_cat():
     x, y = torch.randn(4, 12), torch.randn(4, 3)
     report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 4:12]], 1), x, y)
     assert launches(gm, x, y) == 1
+
+
+X3 = torch.randn(4, 3, 5)
+
+
+def test_cat_of_unbind_or_selects_is_a_flattened_view():
+    for fn in (lambda x: torch.cat(torch.unbind(x, 1), 1) * 2,
+               lambda x: torch.cat([x[:, i] for i in range(3)], dim=-1) * 2,
+               lambda x: torch.cat(x.unbind(0), 0) * 2):
+        report, gm = check(fn, X3)
+        assert report.rules_fired["squeeze-as-flat"] > 0 and report.rules_fired["flat-of-slice"] > 0
+        assert launches(gm, X3) == 1  # only the mul
+
+
+def test_stack_of_equal_split_pieces_is_an_unflattened_view():
+    y = torch.randn(4, 12)
+    for fn in (lambda y: torch.stack(torch.split(y, 4, 1), 1) * 2,
+               lambda y: torch.stack(y.chunk(6, dim=-1), dim=1) * 2):
+        report, gm = check(fn, y)
+        assert report.rules_fired["unflat-of-slice"] > 0 and launches(gm, y) == 1
+
+
+def test_unbind_cat_on_another_dim_or_order_keeps_the_cat():
+    check(lambda x: torch.cat(torch.unbind(x, 1), 0) * 2, X3)  # a transpose, not a view
+    check(lambda x: torch.cat(torch.unbind(x, 1)[::-1], 1) * 2, X3)
+    check(lambda x: torch.cat(torch.unbind(x, 2), 1) * 2, X3)
+    report, gm = check(lambda x: torch.cat(torch.unbind(x, 1)[:2], 1) * 2, X3)  # a part: a slice
+    assert launches(gm, X3) == 1
+
+
+def test_stack_of_uneven_or_other_dim_pieces_keeps_the_stack():
+    y = torch.randn(4, 12)
+    check(lambda y: torch.stack(torch.split(y, 4, 1), 0) * 2, y)
+    check(lambda y: torch.stack(torch.split(y, 4, 1), 2) * 2, y)
+    check(lambda y: torch.stack(torch.split(y, 4, 1)[1:], 1) * 2, y)  # a slice of y, unflattened
+    report, gm = check(lambda y: torch.stack([y[:, 0:4], y[:, 8:12]], 1) * 2, y)  # a gap
+    assert launches(gm, y) == 2
