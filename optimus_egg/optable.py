@@ -446,6 +446,9 @@ def template(node: fx.Node) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
 
 def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
     """Classify a call as Unary / Binary (elementwise, rules may move it) or a plain Op."""
+    product = _elementwise_einsum(node, op)
+    if product is not None:
+        return product
     spec, leaves, inputs = template(node)
     out = val(node)
     constructor = "Op"
@@ -455,6 +458,28 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
             constructor = "Unary" if len(inputs) == 1 else "Binary"
     name = op.name if op is not None else _target_name(node)
     return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor), inputs
+
+
+def _elementwise_einsum(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]] | None:
+    """``einsum("bi,bi->bi", a, b)`` is ``a * b``: an elementwise Binary the rules can move
+    (Optimus' einsum_to_pointwise_pass). Only when both operands have the output's exact shape."""
+    if op is None or op.name != "einsum" or node.kwargs or len(node.args) < 2:
+        return None
+    eq, *operands = node.args
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = list(operands[0])
+    if not isinstance(eq, str) or len(operands) != 2 or not all(is_tensor_node(o) for o in operands):
+        return None
+    lhs, _, rhs = eq.replace(" ", "").partition("->")
+    subs = lhs.split(",")
+    if not rhs or len(subs) != 2 or any(s != rhs for s in subs) or len(set(rhs)) != len(rhs) or "." in rhs:
+        return None
+    out = val(node)
+    if not isinstance(out, torch.Tensor) or any(val(o).dtype != out.dtype or not _same_shape(val(o).shape, out.shape)
+                                                for o in operands):
+        return None
+    leaves, spec = pytree.tree_flatten(([Slot(0), Slot(1)], {}))
+    return Call("mul", "call_function", torch.mul, spec, tuple(leaves), 1.0, "Binary"), list(operands)
 
 
 def _same_shape(a: Sequence[Any], b: Sequence[Any]) -> bool:

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from optimus_egg import optable
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
-from tests.helpers import Fn, check
+from tests.helpers import Fn, check, launches
 
 
 def _ops_model(x, w, b):
@@ -58,3 +58,23 @@ def test_basic_indexing_forms():
     x = torch.randn(3, 4, 5)
     check(lambda x: x[..., 1:3] + x[:, None, 0, -2:].squeeze(1)[:, None].expand(3, 1, 2), x)
     check(lambda x: x[1] + x[-1, :, ::1], x)
+
+
+def test_elementwise_einsum_is_a_mul_that_rules_can_move():
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    report, gm = check(lambda a, b: torch.einsum("bi,bi->bi", a, b), a, b)
+    assert [n.target for n in gm.graph.nodes if n.op == "call_function"] == [torch.mul]
+    fn = lambda a, b: torch.cat([torch.einsum("bi, bi -> bi", p, q)  # noqa: E731
+                                 for p, q in zip(a.split(3, 1), b.split(3, 1))], 1)
+    report, gm = check(fn, a, b)
+    assert report.rules_fired["binary-out-of-slice"] > 0 and launches(gm, a, b) == 1
+
+
+def test_other_einsums_stay_einsums():
+    a, b = torch.randn(4, 6), torch.randn(4, 6)
+    for eq in ("bi,bj->bij", "bi,bi->b", "bi,bi->ib"):
+        report, gm = check(lambda x, y, eq=eq: torch.einsum(eq, x, y), a, b)
+        assert not any(n.target is torch.mul for n in gm.graph.nodes)
+    x, y = torch.randn(4, 6), torch.randn(1, 6)  # broadcast: not the output's shape
+    report, gm = check(lambda x, y: torch.einsum("bi,bi->bi", x, y), x, y)
+    assert not any(n.target is torch.mul for n in gm.graph.nodes)
