@@ -123,6 +123,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub.add_parser("rules", help="list every rule: name, family, Optimus pass covered, before → after")
     explain.configure(sub.add_parser("explain", help="what the optimizer does to your model: kernels, "
                                       "rules, e-graph, rewritten regions before → after"))
+    from optimus_egg.bench import harness
+
+    harness.add_arguments(sub.add_parser("bench", help="the benchmark zoo under eager, inductor, inductor "
+                                         "+ Optimus and optimus_egg, side by side"))
+    commands["bench"] = harness.main
     from optimus_egg.extract import tune as tuning
 
     tuning.add_arguments(sub.add_parser("tune", help="time each op category on this device and write a "
