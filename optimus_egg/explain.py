@@ -322,10 +322,9 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           f"{report.opaque_nodes} opaque (pinned in order, or unknown to the op table)", file=out)
     if report.fallback:
         print(f"\nFELL BACK: the graph was left unchanged ({report.fallback})", file=out)
-    costs = report.costs or {report.cost_model or "cost model": (report.kernels_before, report.kernels_after)}
     rows = [("eager launches, measured", *launches),
             *((f"cost model {name}" + (" (extracted by)" if name == report.cost_model else ""), *pair)
-              for name, pair in costs.items())]
+              for name, pair in report.costs.items())]  # none after a fallback
     table = [("kernels", "before", "after"), *((name, _number(b), _number(a)) for name, b, a in rows)]
     widths = [max(len(r[i]) for r in table) for i in range(3)]
     print(file=out)
@@ -338,7 +337,8 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           + (", ".join(f"{k} {v}" for k, v in fired) or "none"), file=out)
     print(f"e-graph: {report.enodes} e-nodes, {report.eclasses} e-classes, {report.iterations} "
           f"iterations ({report.stop_reason or '-'}); extractor: {report.extractor or '-'}", file=out)
-    print(f"time: {report.timings()}; total {report.total_seconds * 1e3:.0f} ms", file=out)
+    print(f"time: {report.timings()}; total {report.total_seconds * 1e3:.0f} ms"
+          + ("; the search was served from the in-process cache" if report.cache_hit else ""), file=out)
 
     diff = diff_regions(gm, new_gm)
     print(f"\nrewritten regions: {len(diff.regions)} ({diff.unchanged} calls unchanged; those keep "

@@ -130,3 +130,19 @@ def test_bad_targets_are_clear_errors(capsys, target, message):
 def test_bad_option_is_a_clear_error(capsys):
     assert cli.main(["explain", TOWERS, "--option", "nope=1"]) == 2
     assert "valid" in capsys.readouterr().err
+
+
+def test_a_fallback_is_shown_with_its_cause(lenient, monkeypatch, capsys):
+    import warnings
+
+    import optimus_egg.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "translate", lambda gm: (_ for _ in ()).throw(ValueError("injected")))
+    model = Fn(lambda x: torch.cat(torch.split(x, 2, 1), 1) + 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        report = explain.explain(model, (torch.randn(3, 4),), {}, sys.stdout)
+    out = capsys.readouterr().out
+    assert report.fallback and "FELL BACK" in out and "ValueError: injected" in out
+    assert "cost model" not in out and "rewritten regions: 0" in out
+    assert "outputs equal to the original on the example inputs: yes" in out
