@@ -40,6 +40,8 @@ def _loaders() -> dict[str, str]:
                        f"(rule ((size-row i d n)) ((set (size (Ref i) d) n)) :ruleset {_LOAD})")
     out["rank-row"] = ("(relation rank-row (i64 i64))\n"
                        f"(rule ((rank-row i r)) ((set (rank (Ref i)) r)) :ruleset {_LOAD})")
+    out["pos-row"] = ("(relation pos-row (i64))\n"
+                      f"(rule ((pos-row i)) ((set (pos (Ref i)) i)) :ruleset {_LOAD})")
     out["dtype-row"] = ("(relation dtype-row (i64 String))\n"
                         f"(rule ((dtype-row i k)) ((set (dtype (Ref i)) k)) :ruleset {_LOAD})")
     return out
@@ -103,6 +105,7 @@ class EGraph:
         self._run(DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values())
         self._ids: dict[Term, int] = {}
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
+        self._seed_matches: dict[str, int] = {}  # reported with saturation's
 
     def _run(self, *texts: str) -> list[Any]:
         program = "\n".join(texts)
@@ -132,8 +135,11 @@ class EGraph:
                     with open(path, "w") as f:
                         f.write("\n".join(rows) + "\n")
                     inputs.append(f'(input {name} "{path}")')
-            self._run(*inputs, f"(run {_LOAD} 1)", f"(run {_SEED} 1)")
+            self._run(*inputs, f"(run {_LOAD} 1)")
         self._check_rows()
+        report = self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report
+        for rule, n in report.num_matches_per_rule.items():
+            self._seed_matches[rule] = self._seed_matches.get(rule, 0) + n
         return self._ids
 
     def _number(self, root: Term, tables: dict[str, list[str]]) -> int:
@@ -151,6 +157,8 @@ class EGraph:
             i = self._ids[term] = len(self._ids)
             cols = [str(i), *(str(self._ids[a]) if isinstance(a, Term) else _field(a) for a in term.args)]
             tables[f"{term.op}-row"].append("\t".join(cols))
+            if CONSTRUCTORS_SORT[term.op] == "T":
+                tables["pos-row"].append(str(i))
             self._counts[term.op] += 1
         return self._ids[root]
 
@@ -174,7 +182,7 @@ class EGraph:
     def saturate(self, budget: Budget) -> SaturationStats:
         """Simplify to a fixpoint (facts settled before every round), then one expand round, and
         again, until nothing changes or the budget is spent. Each round is an iteration."""
-        stats = SaturationStats()
+        stats = SaturationStats(rule_matches=dict(self._seed_matches))
         start = time.perf_counter()
         while True:
             if stats.iterations >= budget.max_iterations:

@@ -33,6 +33,7 @@ DECLARATIONS = """
 (function rank (T) i64 :merge (min old new))
 (function dtype (T) String :merge old)
 (function lsize (TList) i64 :merge (min old new))
+(function pos (T) i64 :merge (min old new))  ; order in the program as translated (operands first)
 """
 
 #: Constructors and the sorts of their arguments, as declared above.

@@ -69,8 +69,9 @@ _MODULES = {
     "analysis": "optimus_egg.rewrites.analysis",
     "split_cat": "optimus_egg.rewrites.split_cat",
     "pointwise": "optimus_egg.rewrites.pointwise",
+    "horizontal": "optimus_egg.rewrites.horizontal",
 }
-DEFAULT_FAMILIES = ("split_cat", "pointwise")
+DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal")
 
 
 def _check_stage(rule: "AnyRule") -> None:
