@@ -144,6 +144,8 @@ def diff_regions(before: fx.GraphModule, after: fx.GraphModule) -> Diff:
     An unchanged emitted node is shown by its original name; a new one by its own, with ``_new``
     when an original node has that name.
     """
+    if after is before:  # left unchanged (a fallback)
+        return Diff([], sum(1 for n in before.graph.nodes if n.op in _COMPUTE), {})
     by_name = {n.name: n for n in before.graph.nodes}
     kept: set[fx.Node] = set()
     new: list[fx.Node] = []
