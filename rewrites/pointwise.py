@@ -7,7 +7,7 @@ that the cat of the operands concatenates the same values (no promotion).
 
 from optimus_egg.rewrites import Derive, Rule
 
-DECLARATIONS = "(relation unary-list (TList String TList))"
+DECLARATIONS = "(relation unary-list (TList String TList)) (relation binary-list (TList String TList TList))"
 
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", stage="expand"),
@@ -21,4 +21,16 @@ RULES = [
                                "(= k (dtype a))", "(= k (dtype (Unary f a)))"),
            ("(unary-list l f (Cons a m d))",)),
     Rule("unary-out-of-cat", "(Cat l)", "(Unary f (Cat m))", ("(unary-list l f m)",)),
+    # binary-list l f m n: the list l is f applied to the pieces of m and n, one dtype throughout.
+    Derive("binary-list-last", ("(= l (Cons (Binary f a b) (Nil) d))", "(= k (dtype a))", "(= k (dtype b))",
+                                "(= k (dtype (Binary f a b)))"),
+           ("(binary-list l f (Cons a (Nil) d) (Cons b (Nil) d))",)),
+    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(binary-list r f m n)", "(= k (dtype a))",
+                                "(= k (dtype b))", "(= k (dtype (Binary f a b)))"),
+           ("(binary-list l f (Cons a m d) (Cons b n d))",)),
+    Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(binary-list l f m n)",),
+         covers="batch_aten_add/sub/mul/div"),
+    # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the cat.
+    Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="expand",
+         covers="batch_relu/tanh/sigmoid/..."),
 ]

@@ -5,7 +5,7 @@
 
 from optimus_egg.rewrites import Derive, Rule
 
-DECLARATIONS = "(relation adjacent (T T T i64 i64 i64)) (relation list-cell (TList T TList i64)) (relation slice-in (T TList i64 i64 i64))"
+DECLARATIONS = "(constructor app (TList TList) TList) (relation adjacent (T T T i64 i64 i64)) (relation list-cell (TList T TList i64)) (relation slice-in (T TList i64 i64 i64))"
 
 RULES = [
     # adjacent p q x d s n: slices p, q of x are neighbours along d and together [s, s+n). Found
@@ -17,6 +17,11 @@ RULES = [
     # would build a list form for every sub-run.
     Derive("cat-adjacent-slices", ("(adjacent p q x d s n)", "(= t (Cat (Cons p (Cons q r d) d)))"),
            ("(union t (Cat (Cons (Sl x d s n) r d)))",), covers="merge_getitem_cat_pass"),
+    # A cat inside a cat along the same dim is its pieces in place (lists along a dim are the
+    # contents of a cat; argument lists use dim -1 and never match). app appends two lists.
+    Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "(app (Cons h t d) r)", ("(>= d 0)",)),
+    Rule("append-nil", "(app (Nil) r)", "r"),
+    Rule("append-cons", "(app (Cons a t d) r)", "(Cons a (app t r) d)"),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),

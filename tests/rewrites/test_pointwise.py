@@ -47,3 +47,27 @@ def test_binary_of_misaligned_slices_is_kept():
     fn = lambda a, b: torch.cat([a[:, :4] + b[:, 4:], a[:, 4:] + b[:, :4]], 1)
     report, gm = check(fn, a, b)
     assert report.rules_fired.get("binary-out-of-slice", 0) == 0
+
+
+def test_one_binary_op_out_of_a_cat_of_them():
+    xs = [torch.randn(4, 3) for _ in range(8)]
+    fn = lambda *t: torch.cat([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
+    report, gm = check(fn, *xs)
+    assert report.rules_fired["binary-out-of-cat"] > 0
+    assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two cats and one add
+
+
+def test_binary_ops_of_different_kinds_or_dtypes_stay_in_the_cat():
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    report, gm = check(lambda a, b: torch.cat([a + b, a * b], 1), a, b)
+    assert "binary-out-of-cat" not in report.rules_fired
+    c, d = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    report, gm = check(lambda a, b, c, d: torch.cat([a + b, c + d], 1), a, b, c, d)  # cat promotes
+    assert "binary-out-of-cat" not in report.rules_fired
+
+
+def test_stack_of_one_op_applied_to_each_piece_is_the_op_of_the_stack():
+    xs = [torch.randn(4, 3) for _ in range(3)]
+    fn = lambda a, b, c: torch.stack([a.relu(), b.relu(), c.relu()], 0)  # noqa: E731
+    report, gm = check(fn, *xs)
+    assert report.rules_fired["unary-into-unsqueeze"] > 0 and launches(gm, *xs) == 2

@@ -179,3 +179,17 @@ def test_stack_of_uneven_or_other_dim_pieces_keeps_the_stack():
     check(lambda y: torch.stack(torch.split(y, 4, 1)[1:], 1) * 2, y)  # a slice of y, unflattened
     report, gm = check(lambda y: torch.stack([y[:, 0:4], y[:, 8:12]], 1) * 2, y)  # a gap
     assert launches(gm, y) == 2
+
+
+def test_cat_inside_a_cat_along_the_same_dim_is_flattened():
+    a, b, c = torch.randn(4, 3), torch.randn(4, 5), torch.randn(4, 2)
+    for fn in (lambda a, b, c: torch.cat([torch.cat([a, b], 1), c], 1) * 2,
+               lambda a, b, c: torch.cat([a, torch.cat([b, c], -1), a], 1) * 2):
+        report, gm = check(fn, a, b, c)
+        assert report.rules_fired["cat-of-cat"] > 0 and launches(gm, a, b, c) == 2  # one cat, one mul
+
+
+def test_cat_inside_a_cat_along_another_dim_stays():
+    a, b = torch.randn(4, 3), torch.randn(4, 3)
+    report, gm = check(lambda a, b: torch.cat([torch.cat([a, b], 0), torch.cat([b, a], 0)], 1) * 2, a, b)
+    assert "cat-of-cat" not in report.rules_fired and launches(gm, a, b) == 4
