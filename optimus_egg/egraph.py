@@ -64,7 +64,7 @@ def _field(value: Any) -> str:
 class Budget:
     """Where saturation stops. Extraction always runs on whatever the e-graph holds then."""
 
-    max_iterations: int = 30
+    max_iterations: int = 100  # rounds: a simplify round, or an expand round
     max_enodes: int = 200_000
     max_seconds: float = 10.0
 
