@@ -375,12 +375,34 @@ def _slice_bounds(s: slice, size: int | None) -> tuple[int, int] | str | None:
     return start, max(stop - start, 0)
 
 
+def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    """view / reshape / flatten / unflatten that merge two adjacent dims (Flat) or split one dim
+    in two (Unflat). Read off the static shapes, not the arguments: a row-major reshape is fixed
+    by its output shape, whatever the call form."""
+    if not node.args or not is_tensor_node(node.args[0]) or not isinstance(val(node), torch.Tensor):
+        return None
+    s, t = tuple(static_shape(val(node.args[0]))), tuple(static_shape(val(node)))
+    if None in s or None in t:
+        return None
+    src = term(node.args[0])
+    if src is None:
+        return None
+    for d in range(len(s) - 1):
+        if len(t) == len(s) - 1 and t == (*s[:d], s[d] * s[d + 1], *s[d + 2:]):
+            return Term("Flat", (src, d))
+    for d in range(len(s)):
+        if len(t) == len(s) + 1 and t[d] * t[d + 1] == s[d] and t[:d] == s[:d] and t[d + 2:] == s[d + 1:]:
+            return Term("Unflat", (src, d, t[d]))
+    return None
+
+
 STRUCTURAL: dict[str, Callable[[fx.Node, Callable[[Any], Term | None]], Any]] = {
     "split": parse_split_like, "split_with_sizes": parse_split_like, "chunk": parse_split_like,
     "tensor_split": parse_split_like, "unbind": parse_unbind, "narrow": parse_narrow,
     "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
     "cat": parse_cat, "concat": parse_cat, "concatenate": parse_cat, "stack": parse_stack,
-    "getitem": parse_getitem,
+    "getitem": parse_getitem, "view": parse_reshape, "reshape": parse_reshape, "flatten": parse_reshape,
+    "unflatten": parse_reshape,
 }
 
 

@@ -193,3 +193,25 @@ def test_cat_inside_a_cat_along_another_dim_stays():
     a, b = torch.randn(4, 3), torch.randn(4, 3)
     report, gm = check(lambda a, b: torch.cat([torch.cat([a, b], 0), torch.cat([b, a], 0)], 1) * 2, a, b)
     assert "cat-of-cat" not in report.rules_fired and launches(gm, a, b) == 4
+
+
+def test_reshapes_of_split_pieces_move_out_of_the_split():
+    x, y = torch.randn(4, 24), torch.randn(4, 6, 5)
+    cases = [(lambda x: torch.stack([p.reshape(4, 2, 3) for p in torch.split(x, 6, 1)], 1) * 2, x, "unflat-of-slice"),
+             (lambda x: torch.cat([p.view(4, 2, 3) for p in torch.split(x, 6, 1)], 1) * 2, x, "unflat-of-slice"),
+             (lambda y: torch.cat([p.flatten(1) for p in torch.split(y, 2, 1)], 1) * 2, y, "flat-of-slice"),
+             (lambda y: torch.cat([y[:2].flatten(1), y[2:].flatten(1)], 0) * 2, y, "flat-of-slice-before"),
+             (lambda z: torch.cat([p.unflatten(2, (2, 5)) for p in z.split(3, 1)], 1) * 2, torch.randn(4, 6, 10),
+              "unflat-of-slice-before"),
+             (lambda y: torch.cat([p.unflatten(1, (2, 3)) for p in y.split([2, 3], 2)], 3) * 2, y,
+              "unflat-of-slice-after")]
+    for fn, arg, rule in cases:
+        report, gm = check(fn, arg)
+        assert report.rules_fired[rule] > 0 and launches(gm, arg) == 1, (rule, report.summary())
+
+
+def test_reshapes_that_mix_the_split_dim_stay():
+    y = torch.randn(4, 6, 5)
+    report, gm = check(lambda y: torch.cat([p.reshape(8, 5) for p in torch.split(y, 2, 1)], 0) * 2, y)
+    assert not any("flat" in rule for rule in report.rules_fired)
+    check(lambda y: torch.cat([p.reshape(4, 5, 2) for p in torch.split(y, 2, 1)], 1) * 2, y)  # not a merge/split
