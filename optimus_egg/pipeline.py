@@ -246,9 +246,11 @@ def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[An
                                                  if n.op == "placeholder"):
         return model
     if isinstance(model, fx.GraphModule):
+        from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
-        FakeTensorProp(model).propagate(*example_inputs)
+        # get_attr nodes (parameters, buffers) read real tensors: the mode must take them
+        FakeTensorProp(model, FakeTensorMode(allow_non_fake_inputs=True)).propagate(*example_inputs)
         return model
     gm, _ = torch._dynamo.export(model, assume_static_by_default=True)(*example_inputs)
     return gm

@@ -4,6 +4,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import optimus_egg
 from optimus_egg import OptimizerFallback, optimize
@@ -73,6 +74,25 @@ def test_output_that_becomes_an_input_is_copied():
     out = gm(x)
     assert out.data_ptr() != x.data_ptr()
     torch.testing.assert_close(out, x)
+
+
+def test_traced_graph_module_reading_parameters_is_optimized():
+    # Found by the fuzzer: capture's FakeTensorProp rejected the real tensors get_attr nodes read.
+    class Halves(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.randn(3, 4))
+
+        def forward(self, x):
+            return torch.cat([F.linear(x[:2], self.weight), F.linear(x[2:], self.weight)], 0)
+
+    model = Halves()
+    gm = torch.fx.symbolic_trace(model)
+    assert any(n.op == "get_attr" for n in gm.graph.nodes)
+    x = torch.randn(4, 4)
+    new, report = optimize(gm, (x,))
+    assert report.fallback is None
+    torch.testing.assert_close(new(x), model(x))
 
 
 def test_public_api():
