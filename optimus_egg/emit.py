@@ -109,7 +109,9 @@ class Emitter:
             return call.emit(self.graph, inputs[:n_slots])  # anything after the slots is an effect token
         return optable.emit_structural(self.graph, form, inputs, literals)
 
-    def run(self, root_classes: list[int], effect_class: int | None) -> fx.GraphModule:
+    def run(self, root_classes: list[int], effect_class: int | None, classes: dict[optable.Term, int]
+            ) -> fx.GraphModule:
+        """The extracted graph; ``classes`` gives each term's e-class (``keep_aliasing`` needs it)."""
         self.inputs = []
         for old in self.tr.inputs:
             new = self.graph.node_copy(old, lambda n: n)
@@ -119,12 +121,81 @@ class Emitter:
             self.emit_class(effect_class)
         outs = iter([self.emit_class(c) for c in root_classes])
         leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
-        _propagate_meta(self.graph)
-        leaves = _keep_aliasing(self.graph, self.tr, leaves)
+        _propagate_meta(self.graph, self.gm)
+        leaves = self.keep_aliasing(leaves, classes)
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
         new_gm = fx.GraphModule(self.gm, self.graph)
         new_gm.meta = dict(self.gm.meta)
         return new_gm
+
+    def keep_aliasing(self, leaves: list[Any], classes: dict[optable.Term, int]) -> list[Any]:
+        """Outputs alias the inputs and each other exactly as the original outputs did.
+
+        A rewrite can turn a fresh output into a view of an input (``cat(split(x)) → x``), make
+        outputs that were distinct tensors share one, or split outputs that shared one tensor
+        (``v`` and ``v[0]`` returned together, one of them simplified). Outputs are grouped by the
+        storage they shared originally; a group that no longer has a storage of its own (the
+        input it aliased, or a fresh one no other group has) is re-derived: the original view
+        chains from the group's base, re-applied to the base's new value (a copy of it if that is
+        taken), so the group aliases exactly what it aliased before."""
+        old_leaves = pytree.tree_leaves(next(iter(self.gm.graph.find_nodes(op="output"))).args[0])
+        inputs = {storage_key(val(n)) for n in self.tr.inputs} - {None}  # the new placeholders share these
+        groups: dict[Any, list[int]] = {}
+        for i, old in enumerate(old_leaves):
+            was = _storage(val(old))
+            if was is not None:
+                groups.setdefault(was, []).append(i)
+        claimed: set[Any] = set()
+        broken = []
+        for was, members in groups.items():
+            now = {_storage(val(leaves[i])) for i in members}
+            k = now.pop() if len(now) == 1 else None
+            if k is not None and (k == was if was in inputs else k not in inputs and k not in claimed):
+                claimed.add(k)
+            else:
+                broken.append((was, members))
+        out = list(leaves)
+        for was, members in broken:
+            old_base = _base(old_leaves[members[0]], was)
+            if was in inputs:
+                base = self.inputs[self.tr.inputs.index(old_base)]
+            else:
+                base = self.value_of(old_base, classes)
+                if not isinstance(val(base), torch.Tensor):
+                    raise RuntimeError(f"cannot keep output aliasing: {old_base.name} is not a tensor")
+                if storage_key(val(base)) in inputs | claimed:
+                    base = self.graph.call_function(torch.clone, (base,))
+                    _fake_run(base)
+                claimed.add(storage_key(val(base)))
+            copies = {old_base: base}
+            for i in members:
+                out[i] = self._copy_view_chain(old_leaves[i], was, copies, classes)
+        _erase_unused_views(self.graph, [old for old, new in zip(leaves, out) if old is not new], out)
+        return out
+
+    def value_of(self, old: fx.Node, classes: dict[optable.Term, int]) -> fx.Node:
+        """The new node that computes what ``old`` computed (its e-class, emitted if need be)."""
+        cls = classes.get(self.tr.terms.get(old), -1)
+        if cls not in self.done and cls not in self.ex.choice:
+            raise RuntimeError(f"cannot keep output aliasing: {old.name} was not extracted")
+        node = self.emit_class(cls)
+        _propagate_meta(self.graph, self.gm)
+        return node
+
+    def _copy_view_chain(self, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],
+                         classes: dict[optable.Term, int]) -> fx.Node:
+        """``old`` (a view, in storage ``key``) re-applied to the copied chain below it."""
+        if old in copies:
+            return copies[old]
+        sources = _sources(old, key)
+        if not sources or old.op not in ("call_function", "call_method") or optable.is_inplace(old):
+            raise RuntimeError(f"cannot keep output aliasing: {old.name} is not a view of one base")
+        new = self.graph.node_copy(old, lambda a: self._copy_view_chain(a, key, copies, classes)
+                                   if a in sources else self.value_of(a, classes))
+        new.meta = {}
+        _fake_run(new)
+        copies[old] = new
+        return new
 
     def mark_origins(self, classes: dict[optable.Term, int]) -> None:
         """Tag every emitted node with the names of the original nodes whose value it computes
@@ -138,45 +209,61 @@ class Emitter:
             new.meta[ORIGIN] = names  # a fresh list: copied input nodes share meta values with the original
 
 
-def _propagate_meta(graph: fx.Graph) -> None:
-    """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's."""
+def _propagate_meta(graph: fx.Graph, root: torch.nn.Module) -> None:
+    """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's.
+
+    ``root`` holds the submodules of ``call_module`` nodes (graphs from ``fx.symbolic_trace``)."""
     no_inputs_mode = FakeTensorMode(allow_non_fake_inputs=True)  # for nodes that read no fake value
     for node in graph.nodes:
-        if node.op in ("call_function", "call_method") and "val" not in node.meta:
-            _fake_run(node, no_inputs_mode)
+        if node.op in ("call_function", "call_method", "call_module") and "val" not in node.meta:
+            _fake_run(node, no_inputs_mode, root)
 
 
-def _fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None) -> None:
+def _fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None, root: torch.nn.Module | None = None
+              ) -> None:
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
     fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
     with fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)):
         if node.op == "call_method":
             out = getattr(args[0], node.target)(*args[1:], **kwargs)
+        elif node.op == "call_module":
+            out = root.get_submodule(node.target)(*args, **kwargs)
         else:
             out = node.target(*args, **kwargs)
     node.meta["val"] = node.meta["example_value"] = out
 
 
-def _keep_aliasing(graph: fx.Graph, tr: Translation, leaves: list[Any]) -> list[Any]:
-    """An output that was a fresh tensor must not become an alias of an input or another output
-    (``cat(split(x)) → x`` returned to the user): copy it. The reverse cannot be repaired."""
-    old_out = [val(tr.origin.get(x)) if isinstance(x, optable.Term) else None for x in tr.outputs]
-    inputs = {storage_key(val(n)) for n in tr.inputs} - {None}  # the new placeholders share these values
-    seen: set[Any] = set()
-    old_seen: set[Any] = set()
-    out = []
-    for old, new in zip(old_out, leaves):
-        if not isinstance(new, fx.Node) or not isinstance(val(new), torch.Tensor):
-            out.append(new)
+def _storage(v: Any) -> Any:
+    """The storage a tensor, or every tensor of a tuple, lives in (None: none, or several)."""
+    if isinstance(v, torch.Tensor):
+        return storage_key(v)
+    if isinstance(v, (tuple, list)) and v and all(isinstance(t, torch.Tensor) for t in v):
+        keys = {storage_key(t) for t in v}
+        return keys.pop() if len(keys) == 1 else None
+    return None
+
+
+def _sources(node: fx.Node, key: Any) -> list[fx.Node]:
+    """The arguments ``node`` is a view of (those in storage ``key``)."""
+    return [a for a in node.all_input_nodes if _storage(val(a)) == key]
+
+
+def _erase_unused_views(graph: fx.Graph, nodes: list[Any], outputs: list[Any]) -> None:
+    """Drop these nodes and the views below them that nothing (``outputs`` included) reads any more."""
+    stack, erased = list(nodes), {n for n in outputs if isinstance(n, fx.Node)}
+    while stack:
+        n = stack.pop()
+        op = optable.lookup(n) if isinstance(n, fx.Node) else None
+        if (op is None or n in erased or n.users or optable.is_inplace(n)
+                or op.kind not in (optable.Kind.VIEW, optable.Kind.MAYBE_VIEW)):
             continue
-        was = storage_key(old) if old is not None else None
-        was_alias = was is not None and (was in inputs or was in old_seen)
-        key = storage_key(val(new))
-        if not was_alias and (key in inputs or key in seen):
-            new = graph.call_function(torch.clone, (new,))
-            _fake_run(new)
-            key = storage_key(val(new))
-        old_seen.add(was)
-        seen.add(key)
-        out.append(new)
-    return out
+        stack.extend(n.all_input_nodes)
+        graph.erase_node(n)
+        erased.add(n)
+
+
+def _base(node: fx.Node, key: Any) -> fx.Node:
+    """Where storage ``key`` begins on ``node``'s view chain: an input, or the op that made it."""
+    while sources := _sources(node, key):
+        node = sources[0]
+    return node

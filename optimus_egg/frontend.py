@@ -31,6 +31,7 @@ class Translation:
     effects: Term | None  # the last effectful term: it must survive even if nothing reads it
     facts: list[tuple[Term, list[int | None], str]] = field(default_factory=list)
     origin: dict[Term, fx.Node] = field(default_factory=dict)  # term -> the node it came from
+    terms: dict[fx.Node, Term] = field(default_factory=dict)  # node -> its term (nodes that have one)
     opaque: int = 0  # nodes kept as opaque Ops
     nodes: int = 0
 
@@ -112,6 +113,8 @@ def translate(gm: fx.GraphModule) -> Translation:
                     parsed = None
             env[node] = parsed if parsed is not None else opaque(node, op, effectful)
         result = env[node]
+        if isinstance(result, Term):
+            tr.terms[node] = result
         if isinstance(result, Term) and result not in tr.origin:
             tr.origin[result] = node
             v = val(node)

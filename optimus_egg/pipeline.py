@@ -173,9 +173,10 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
         phase("cache")
     out_classes = [frozen.refs[names[t]] for t in roots]
     effect_class = frozen.refs[names[tr.effects]] if tr.effects is not None else None
+    classes = {t: frozen.refs[r] for t, r in names.items() if r in frozen.refs}
     emitter = Emitter(gm, tr, frozen, ex)
-    new_gm = emitter.run(out_classes, effect_class)
-    emitter.mark_origins({t: frozen.refs[r] for t, r in names.items() if r in frozen.refs})
+    new_gm = emitter.run(out_classes, effect_class, classes)
+    emitter.mark_origins(classes)
     _check_outputs(gm, new_gm)
     phase("emit")
     return new_gm

@@ -1,0 +1,62 @@
+"""The fuzzer's oracle: an optimized program against the eager one, values and aliasing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from optimus_egg import optimize
+from tests.fuzz.programs import Program
+
+TRIALS = 3  # the example inputs, then fresh random ones
+
+
+def _fresh(t: torch.Tensor) -> torch.Tensor:
+    return torch.randn(t.shape).to(t.dtype)
+
+
+def aliases(outputs: list[Any], inputs: list[torch.Tensor]) -> list[set[tuple[str, int]]]:
+    """For each output, the inputs and other outputs it shares storage with.
+
+    Tensors without elements are left out: no write can be seen through them."""
+    def key(t: Any) -> int | None:
+        return t.untyped_storage()._cdata if isinstance(t, torch.Tensor) and t.numel() else None
+
+    keys = [key(t) for t in outputs]
+    in_keys = [key(t) for t in inputs]
+    return [set() if k is None else
+            {("input", j) for j, kj in enumerate(in_keys) if kj == k}
+            | {("output", j) for j, kj in enumerate(keys) if kj == k and j != i}
+            for i, k in enumerate(keys)]
+
+
+def check_program(program: Program) -> torch.fx.GraphModule:
+    """``optimize`` the program's graph (a fallback fails), then compare it with the eager program
+    on the example inputs and fresh ones: outputs (structure, shape, dtype, values), the inputs
+    after the call (in-place writes), and which inputs and outputs each output aliases."""
+    model = program.module()
+    try:
+        gm, report = optimize(program.graph_module(), program.inputs)
+    except Exception as exc:  # noqa: BLE001 - report it with the program that caused it
+        raise AssertionError(f"optimize fell back on a valid program: {type(exc).__name__}: {exc}") from exc
+    assert report.fallback is None, report.fallback
+    params_eager = [b for _, b in sorted(model.named_buffers())]
+    params_opt = [b for _, b in sorted(gm.named_buffers())]
+    for trial in range(TRIALS):
+        args = program.inputs if trial == 0 else tuple(_fresh(t) for t in program.inputs)
+        eager_args = [t.clone() for t in args]
+        opt_args = [t.clone() for t in args]
+        expected, got = model(*eager_args), gm(*opt_args)
+        leaves_e, spec_e = pytree.tree_flatten(expected)
+        leaves_g, spec_g = pytree.tree_flatten(got)
+        assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
+        for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
+            torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
+        for i, (e, g) in enumerate(zip(eager_args, opt_args)):
+            torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"input {i} after the call: {m}")
+        alias_e = aliases(leaves_e, eager_args + params_eager)
+        alias_g = aliases(leaves_g, opt_args + params_opt)
+        assert alias_g == alias_e, f"aliasing per output: optimized {alias_g}, eager {alias_e}"
+    return gm

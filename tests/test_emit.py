@@ -1,0 +1,71 @@
+"""The emitter: outputs keep their aliasing, every new node gets a fake value.
+
+Regressions found by the fuzzer (tests/fuzz)."""
+
+import torch
+
+from optimus_egg import optimize
+from tests.fuzz.check import check_program
+from tests.fuzz.programs import Program
+
+
+def _storages(out):
+    return [t.untyped_storage()._cdata for t in out]
+
+
+def test_fresh_output_returned_twice_is_one_copy_not_the_input():
+    # cat([x]) → x: both outputs were one fresh tensor; the optimizer once copied only the first.
+    x = torch.randn(5, 8)
+    gm = check_program(Program("def forward(self, x0):\n    v0 = torch.cat((x0,), 0)\n    return (v0, v0)\n", (x,)))
+    a, b = gm(x)
+    assert a is b and a.untyped_storage()._cdata != x.untyped_storage()._cdata
+
+
+def test_equal_fresh_outputs_stay_distinct_tensors():
+    x = torch.randn(5, 8)
+    gm = check_program(Program(
+        "def forward(self, x0):\n    a = torch.cat([x0], 0)\n    b = torch.cat([x0], 0)\n    return (a, b, a[1:])\n", (x,)))
+    a, b, tail = gm(x)
+    assert len({*_storages([a, b]), x.untyped_storage()._cdata}) == 3
+    assert tail.untyped_storage()._cdata == a.untyped_storage()._cdata
+
+
+def test_piece_returned_beside_its_split_tuple_shares_one_copy():
+    # The tuple output (an opaque split of the input after cat-single) aliased the input.
+    x0, x1 = torch.randn(1), torch.randn(3, 2)
+    gm = check_program(Program(
+        "def forward(self, x0, x1):\n    v0 = torch.cat([x1], 0)\n    v1 = torch.split(v0, 1, 0)\n"
+        "    v2 = v1[-1]\n    return (v2, v1)\n", (x0, x1)))
+    piece, pieces = gm(x0, x1)
+    assert piece.untyped_storage()._cdata == pieces[0].untyped_storage()._cdata != x1.untyped_storage()._cdata
+
+
+def test_outputs_sharing_a_fresh_tensor_still_share_it_when_one_simplifies():
+    # v2 = cat([x1, x0])[0:1] simplifies to x1, but it must stay a view of the cat v3 is split from.
+    x0, x1 = torch.randn(1), torch.randn(1)
+    gm = check_program(Program(
+        "def forward(self, x0, x1):\n    v0 = torch.cat([x1, x0], 0)\n    v1 = torch.split(v0, 1, 0)\n"
+        "    v2 = v1[-2]\n    v3 = torch.split(v0, 1, 0)\n    return (v2, v3)\n", (x0, x1)))
+    piece, pieces = gm(x0, x1)
+    assert len({*_storages([piece, *pieces])}) == 1
+    assert piece.untyped_storage()._cdata not in _storages([x0, x1])
+
+
+def test_leaf_module_calls_of_a_traced_graph_get_fake_values():
+    # fx.symbolic_trace keeps nn.Linear as a call_module node; the emitter only fake-ran
+    # functions and methods, so the cat reading it failed.
+    class Halves(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            return torch.cat([self.lin(x[:2]), self.lin(x[2:])], 0)
+
+    model = Halves()
+    gm = torch.fx.symbolic_trace(model)
+    assert any(n.op == "call_module" for n in gm.graph.nodes)
+    x = torch.randn(4, 4)
+    new, report = optimize(gm, (x,))
+    assert report.fallback is None
+    torch.testing.assert_close(new(x), model(x))
