@@ -49,7 +49,7 @@ REDUCTION = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "nor
 _LOOP_OPS = frozenset({"clone", "contiguous", "to", "type", "float", "half", "double", "bfloat16", "int",
                        "long", "bool", "type_as", "reshape", "flatten", "where", "masked_fill",
                        "zeros_like", "ones_like", "full_like", "empty_like", "one_hot", "embedding",
-                       "gather", "index_select", "pad", "batch_norm",
+                       "gather", "index_select", "getitem", "pad", "batch_norm",
                        # comparisons, logic and factories Inductor generates as loops
                        "gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not",
                        "logical_xor", "bitwise_and", "bitwise_or", "bitwise_not", "bitwise_xor", "and_",

@@ -4,18 +4,24 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
 ``optimus_egg.bench.calibrate``):
 
 - Views (slices, squeezes, reshapes that alias) are free: a consumer reads through them.
-- Pointwise ops fuse with their pointwise producers and consumers into one kernel, and kernels
-  that read the same tensor through the same view with the same number of elements fuse
-  horizontally. Fusion never crosses an extern call or a cat: a kernel cannot run both before
-  and after one ("depth", the number of such barriers on the longest path, must match).
-- A reduction is one kernel; pointwise producers fuse in (prologue) and pointwise consumers fuse
-  after it (epilogue); two reductions share a kernel only when they reduce the same ranges.
+- Pointwise ops fuse with the pointwise producers they read whole into one kernel. Fusion never
+  crosses an extern call or a cat: a kernel cannot run both before and after one ("depth", the
+  number of such barriers on the longest path, must match). A pointwise producer read in slices,
+  or from another depth, is recomputed inside its reader (Inductor inlines it), so it needs a
+  kernel of its own only when something must read it from memory: an extern call, a cat slot, a
+  graph output.
+- Kernels that read the same tensor through the same view with the same number of elements fuse
+  horizontally; so do kernels reading slices of one gather (``embedding``) or reduction result.
+- A reduction is one kernel; pointwise producers fuse in (prologue); a pointwise consumer fuses
+  after it (epilogue) unless a later reduction takes that consumer in as its prologue (softmax's
+  division then moves into the consumer). Reductions never fuse side by side.
 - Matmuls, convolutions and other calls Inductor hands to a library or to ATen ("extern") are
   one launch each and never fuse. ``linear`` with a bias on a 3-D input is an ``mm`` plus a
   pointwise bias add; ``embedding_bag`` on 2-D indices also prepares its offsets in a kernel.
 - ``cat`` on CPU is always a ``ConcatKernel``: every piece is written into its slot by one
-  kernel, which is the piece's own pointwise kernel when the piece is one (not a view of one),
-  nothing when the piece is an extern call's result (it writes in place), and a copy otherwise.
+  kernel, which is the piece's own pointwise or reduction kernel when the piece is one (not a
+  slice of one), nothing when the piece is a matmul's result (the library call writes in place),
+  and a copy otherwise (ATen fallbacks such as ``embedding_bag`` cannot write in place).
   On CUDA a cat of at most 8 pieces is lowered as a pointwise op (masked loads) and fuses.
 
 On CPU, ``torch._inductor.metrics.generated_kernel_count`` also counts the loop-fusion attempts
@@ -34,7 +40,7 @@ run on the DAG the extractor chose.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.cost import _weights, category
@@ -47,6 +53,8 @@ CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6,
                          "layer_norm": 8, "group_norm": 8, "normalize": 3, "cosine_similarity": 4}
 #: ... and for a single-loop reduction that gets a pointwise epilogue fused after it.
 CPU_EPILOGUE_OBJECTS = 4
+#: Pointwise ops that read through an index tensor: every slice of their result reads the table.
+INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
 CUDA_POINTWISE_CAT = 8
 
@@ -70,6 +78,7 @@ class _Group:
     signature: tuple[int, int] | None = None  # (elements read, elements written) of its reductions
     needed: bool = False  # something outside the group reads it, or it writes a cat slot / output
     epilogue: bool = False  # a member reads a reduction of the same group
+    shared: bool = False  # it reads something every slice of it reads too (a gather, a broadcast)
 
 
 class _UnionFind:
@@ -101,6 +110,7 @@ class _UnionFind:
         ga.signature = ga.signature or gb.signature
         ga.needed |= gb.needed
         ga.epilogue |= gb.epilogue
+        ga.shared |= gb.shared
         if gb.kind == "reduction" or (gb.kind == "pointwise" and ga.kind == "copy"):
             ga.kind = gb.kind
         return True
@@ -144,7 +154,7 @@ class InductorCost:
         kinds = [self.kind(n.op, n.children[0] if n.op in ("Unary", "Binary", "Op") else None)
                  for n in graph.nodes]
         fusible = _fusible_classes(graph, kinds, self.device)
-        direct = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "matmul", "extern")}
+        direct = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "reduction", "matmul")}
         w = self.weights
 
         def own(node: ENode, k: str) -> float:
@@ -174,6 +184,7 @@ class InductorCost:
         order = topo(roots)
         facts = complete(order, facts)
         sim = _Simulation(self, facts)
+        sim.count_readers(order, roots)
         for term in order:
             sim.visit(term)
         for root in roots:
@@ -225,7 +236,26 @@ class _Simulation:
         self.group: dict[Term, int] = {}
         self.extern = 0
         self.weighted_extern = 0.0
-        self.horizontal: dict[tuple[Term, int | None, int], int] = {}
+        self.horizontal: dict[tuple[Any, ...], int] = {}
+        self.epilogues: list[tuple[Term, Term]] = []  # (pointwise reader, reduction), decided last
+        self.moved: set[Term] = set()  # reductions whose pointwise tail a later kernel computes
+        self.readers: dict[Term, int] = {}  # a term -> how many terms (or outputs) read it
+        self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
+
+    def count_readers(self, order: list[Term], roots: list[Term]) -> None:
+        views: dict[Term, Term] = {}
+        for term in order:
+            op = term.op
+            kind = self.model.kind(op, term.args[0] if op in ("Unary", "Binary", "Op") else None)
+            args = tensor_args(term) if kind != "list" else []
+            if kind == "view" and args:
+                views[term] = views.get(args[0], args[0])
+            elif kind != "list":
+                for a in set(views.get(a, a) for a in args):
+                    self.readers[a] = self.readers.get(a, 0) + 1
+        for r in roots:
+            r = views.get(r, r)
+            self.readers[r] = self.readers.get(r, 0) + 1
 
     def level(self, term: Term) -> int:
         """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
@@ -246,24 +276,47 @@ class _Simulation:
         return g
 
     def fuse_in(self, term: Term, args: list[Term], numel: int | None = None) -> None:
-        """Vertical fusion with pointwise/reduction producers at the same depth, then
-        horizontal fusion with kernels that read the same tensors the same way (``numel``: the
-        elements the kernel writes, when ``term`` has no fact of its own)."""
+        """Vertical fusion with the pointwise/reduction producers it reads whole at the same
+        depth; a slice of a pointwise producer is recomputed inside this kernel instead (the
+        producer is inlined, as Inductor does, so pieces of one op stay separate kernels).
+        Then horizontal fusion with kernels that read the same tensor through the same view
+        (``numel``: the elements the kernel writes, when ``term`` has no fact of its own)."""
         g = self.group[term]
         numel = numel if numel is not None else _numel(self.facts.get(term))
+        inlined = set()
         for a in args:
             s = self.src[a]
-            if s in self.group and self.kind[s] in ("pointwise", "reduction") and self.depth[s] == self.depth[term]:
-                if self.uf.union(g, self.group[s]) and self.kind[s] == "reduction":
-                    self.uf.groups[self.uf.find(g)].epilogue = True
-            elif self.kind[s] not in ("pointwise", "reduction"):
-                key = (a, numel, self.depth[term])
-                if key in self.horizontal:
-                    self.uf.union(self.horizontal[key], g)
+            fusible = s in self.group and self.kind[s] in ("pointwise", "reduction")
+            if fusible and self.depth[s] == self.depth[term] and self._whole(a):
+                if self.kind[s] == "reduction" and self.kind[term] != "reduction":
+                    self.epilogues.append((term, s))
                 else:
-                    self.horizontal[key] = g
+                    self.uf.union(g, self.group[s])
+                continue
+            key: tuple[Any, ...] = (a, numel, self.depth[term])
+            if fusible:
+                if self.kind[s] == "pointwise":
+                    inlined.add(a)  # recomputed here: it needs no kernel of its own for this read
+                elif self.kind[term] != "copy":
+                    self.moved.add(s)  # a reduction's pointwise tail is computed here instead
+                if self.kind[s] == "reduction" or self.uf.groups[self.uf.find(self.group[s])].shared:
+                    # every slice reads the same row statistics / gathered table: Inductor fuses
+                    # the kernels that read slices of it
+                    key = ("slices of", self.uf.find(self.group[s]), numel, self.depth[term])
+            elif numel is not None and (_numel(self.facts.get(a)) or numel) < numel:
+                self.uf.groups[self.uf.find(g)].shared = True  # a broadcast read
+            if key not in self.horizontal:
+                self.horizontal[key] = g
+            elif not (self.uf.groups[self.uf.find(g)].reductions
+                      or self.uf.groups[self.uf.find(self.horizontal[key])].reductions):
+                self.uf.union(self.horizontal[key], g)  # reductions are not fused side by side
         for a in args:
-            self.use(a, term)
+            if a not in inlined:
+                self.use(a, term)
+
+    def _whole(self, view: Term) -> bool:
+        """Does ``view`` show all of the tensor it views (a reshape, not a slice)?"""
+        return view is self.src[view] or _numel(self.facts.get(view)) == _numel(self.facts.get(self.src[view]))
 
     def visit(self, term: Term) -> None:
         op = term.op
@@ -285,8 +338,11 @@ class _Simulation:
             self.visit_cat(term, args, depth)
             return
         self.kind[term] = kind
+        if kind == "pointwise" and self.distribute(term, args):
+            return
         if kind in ("pointwise", "reduction"):
             g = self.new_group(term, kind, depth)
+            self.uf.groups[g].shared = call is not None and call.name in INDIRECT
             if kind == "reduction":
                 group = self.uf.groups[g]
                 group.reductions.append(term)
@@ -309,11 +365,32 @@ class _Simulation:
             self.depth[term] = depth + 1
             self.new_group(term, "pointwise", depth + 1)
         elif call.name == "embedding_bag" and rank == 2:
-            # 2-D indices: the flattened indices and offsets are prepared by a kernel
-            prep = Term("Op", ("<offsets>", term))
-            self.kind[prep], self.src[prep] = "pointwise", prep
-            self.uf.groups[self.new_group(prep, "pointwise", depth)].needed = True
-            self.fuse_in(prep, args[:1])
+            # 2-D indices: the offsets are prepared by a kernel, and indices that are a slice of
+            # a larger tensor are copied to a contiguous buffer by another
+            for what in ("<offsets>", "<indices>")[: 1 + (not self._whole(args[0]))]:
+                prep = Term("Op", (what, term))
+                self.kind[prep], self.src[prep] = "pointwise", prep
+                self.uf.groups[self.new_group(prep, "pointwise", depth)].needed = True
+                self.fuse_in(prep, args[:1] if what == "<indices>" else [], _numel(self.facts.get(args[0])))
+
+    def distribute(self, term: Term, args: list[Term]) -> bool:
+        """CPU: a pointwise op that alone reads a whole cat with matmul pieces is computed piece
+        by piece by the kernels that write the cat's slots; each matmul's piece gets a kernel of
+        its own (``relu(cat(mm, mm))`` is two kernels, as measured)."""
+        if self.model.device != "cpu":
+            return False
+        cats = [self.src[a] for a in args if self.kind[self.src[a]] == "cat-kernel" and self._whole(a)
+                and self.readers.get(self.src[a]) == 1]
+        if len(cats) != 1 or not self.pieces[cats[0]]:
+            return False  # (without matmul pieces the op reads the cat like any buffer)
+        cat = cats[0]
+        for piece in self.pieces[cat]:
+            write = Term("Op", ("<piece>", piece, term))
+            self.kind[write], self.src[write] = "pointwise", write
+            self.uf.groups[self.new_group(write, "pointwise", self.level(piece))].needed = True
+            self.fuse_in(write, [piece])
+        self.kind[term], self.src[term], self.depth[term] = "cat-kernel", term, self.depth[cat]
+        return True
 
     def visit_cat(self, term: Term, args: list[Term], depth: int) -> None:
         if self.model.device == "cuda" and len(args) <= CUDA_POINTWISE_CAT:
@@ -323,12 +400,14 @@ class _Simulation:
             return
         self.kind[term] = "cat-kernel"
         self.depth[term] = depth
+        self.pieces[term] = []
         for a in args:
             s = self.src[a]
             whole = _numel(self.facts.get(a)) == _numel(self.facts.get(s))
-            if a is s and self.kind[s] in ("extern", "matmul"):
-                continue  # an extern call writes its result into the slot
-            if whole and self.kind[s] == "pointwise":
+            if a is s and self.kind[s] == "matmul":
+                self.pieces[term].append(a)
+                continue  # a library matmul writes its result into the slot (out=); a fallback can't
+            if whole and self.kind[s] in ("pointwise", "reduction"):
                 self.uf.groups[self.uf.find(self.group[s])].needed = True  # it writes its slot
                 continue
             write = Term("Op", ("<copy>", a, term))
@@ -340,6 +419,17 @@ class _Simulation:
                 self.fuse_in(write, [a], _numel(self.facts.get(a)))
 
     def result(self) -> Prediction:
+        # A pointwise op after a reduction fuses into the reduction's kernel (an epilogue) unless
+        # a later reduction already took it in (a prologue): then the first reduction's kernel
+        # ends before its own pointwise tail (softmax's division moves into the consumer).
+        moved = {self.uf.find(self.group[r]) for r in self.moved}
+        absorbed = {reader for reader, _ in self.epilogues
+                    if self.uf.groups[self.uf.find(self.group[reader])].reductions}
+        for reader, reduction in self.epilogues:
+            if reader in absorbed:
+                moved.add(self.uf.find(self.group[reduction]))
+            elif self.uf.union(self.group[reader], self.group[reduction]):
+                self.uf.groups[self.uf.find(self.group[reader])].epilogue = True
         out = Prediction(extern=self.extern, weighted=self.weighted_extern)
         w = self.model.weights
         roots = {self.uf.find(g) for g in self.group.values()}
@@ -352,7 +442,10 @@ class _Simulation:
             if self.model.device == "cpu" and g.reductions:
                 base = max(CPU_REDUCTION_OBJECTS.get(self.model.registry.calls[t.args[0]].name, 1)
                            for t in g.reductions)
-                out.objects += CPU_EPILOGUE_OBJECTS if base == 1 and g.epilogue else base
+                if g.epilogue:
+                    out.objects += CPU_EPILOGUE_OBJECTS if base == 1 else base
+                else:
+                    out.objects += 1 if r in moved else base
             else:
                 out.objects += 1
         return out

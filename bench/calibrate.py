@@ -1,0 +1,150 @@
+"""Predicted vs measured kernels per benchmark model: ``python -m optimus_egg.bench.calibrate``.
+
+For every model, the graph as captured and the graph ``optimize`` returns under each cost model
+are compiled by Inductor (inference, FX graph cache off) and counted: kernel objects
+(``torch._inductor.metrics.generated_kernel_count``), extern calls and launches in the
+generated wrappers (``run_and_get_code``), and eager launches. Beside them, what each cost model
+predicts for the same graph. The error column compares the Inductor-aware model's kernel objects +
+extern calls with Inductor's, and the eager model's launches with the same measured figure (what
+one would predict without modelling fusion).
+
+``--extract`` instead times greedy against exact (ILP) extraction on each model's e-graph.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from typing import Any, Callable
+
+import torch
+
+from optimus_egg.bench.models import Factory, chain, rec_demo
+from optimus_egg.counting import eager_launches, wrapper_launches
+from optimus_egg.extract.cost import KernelCost
+from optimus_egg.extract.inductor import InductorCost, Prediction
+from optimus_egg.extract.select import term_facts
+from optimus_egg.frontend import translate
+from optimus_egg.ir import Term
+from optimus_egg.pipeline import Options, capture, optimize_graph
+
+_EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
+
+
+def models(names: list[str] | None = None) -> dict[str, Factory]:
+    """The zoo when it is there, else the models of ``bench/models.py``; ``chainN`` is the cruft
+    chain with N blocks."""
+    out: dict[str, Factory] = {"chain12": chain(12), "rec_demo": rec_demo()}
+    for name in names or []:
+        if re.fullmatch(r"chain\d+", name):
+            out[name] = chain(int(name[5:]))
+    try:
+        from optimus_egg.bench.zoo import zoo
+
+        out.update(zoo(quick=True))
+    except ImportError:
+        pass
+    if names:
+        unknown = set(names) - set(out)
+        if unknown:
+            raise SystemExit(f"unknown models {sorted(unknown)}; valid: {', '.join(out)}")
+        out = {k: out[k] for k in names}
+    return out
+
+
+def measure(model: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, int]:
+    """What Inductor generates for ``model`` in inference."""
+    from torch._inductor import metrics
+    from torch._inductor.utils import run_and_get_code
+
+    torch._dynamo.reset()
+    metrics.reset()
+    with torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+        _, codes = run_and_get_code(torch.compile(model, backend="inductor"), *inputs)
+    calls = [c[c.find("def call("):] for c in codes]
+    return {"objects": metrics.generated_kernel_count, "extern": sum(len(_EXTERN.findall(c)) for c in calls),
+            "launches": sum(wrapper_launches(c) for c in codes)}
+
+
+def predict(gm: torch.fx.GraphModule) -> tuple[float, Prediction]:
+    """(eager launches, Inductor prediction) for a captured graph."""
+    tr = translate(gm)
+    roots = [t for t in tr.outputs if isinstance(t, Term)] + ([tr.effects] if tr.effects is not None else [])
+    return KernelCost(tr.registry).total(roots), InductorCost(tr.registry).predict(roots, term_facts(tr))
+
+
+def _error(predicted: float, measured: float) -> str:
+    return f"{(predicted - measured) / measured:+.0%}" if measured else ("0%" if predicted == 0 else "inf")
+
+
+def calibrate(factories: dict[str, Factory], cost_models: list[str]) -> list[dict[str, Any]]:
+    rows = []
+    for name, factory in factories.items():
+        model, inputs = factory()
+        model.eval()
+        graphs = [("captured", capture(model, inputs))]
+        for cm in cost_models:
+            gm, report = optimize_graph(capture(model, inputs), Options(cost_model=cm, strict=True))
+            graphs.append((f"optimized ({cm})", gm))
+        for label, gm in graphs:
+            eager, pred = predict(gm)
+            got = measure(gm, inputs)
+            rows.append({"model": name, "graph": label, "eager launches": eager_launches(gm, *inputs),
+                         "eager model": eager, "kobj": got["objects"], "extern": got["extern"],
+                         "launches": got["launches"], "pred kobj": pred.objects, "pred extern": pred.extern,
+                         "pred kernels": pred.kernels})
+            print(_format([rows[-1]], header=len(rows) == 1), flush=True)
+    return rows
+
+
+_COLUMNS = ("model", "graph", "eager launches", "eager model", "Inductor kobj+extern", "inductor model",
+            "error (inductor model)", "error (eager model)", "launches (CPU wrapper)", "pred fused kernels+extern")
+
+
+def _format(rows: list[dict[str, Any]], header: bool = True) -> str:
+    lines = []
+    if header:
+        lines += ["| " + " | ".join(_COLUMNS) + " |", "|" + "---|" * len(_COLUMNS)]
+    for r in rows:
+        measured = r["kobj"] + r["extern"]
+        predicted = r["pred kobj"] + r["pred extern"]
+        cells = [r["model"], r["graph"], r["eager launches"], f"{r['eager model']:g}",
+                 f"{measured} ({r['kobj']}+{r['extern']})", f"{predicted} ({r['pred kobj']}+{r['pred extern']})",
+                 _error(predicted, measured), _error(r["eager model"], measured), r["launches"],
+                 r["pred kernels"] + r["pred extern"]]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def compare_extractors(factories: dict[str, Factory], cost_models: list[str], seconds: float) -> None:
+    print("| model | cost model | e-nodes | greedy cost | greedy s | ILP cost | ILP s | ILP status | "
+          "ILP variables | greedy worse by |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for name, factory in factories.items():
+        model, inputs = factory()
+        for cm in cost_models:
+            _, r = optimize_graph(capture(model, inputs), Options(cost_model=cm, extractor="compare",
+                                                                  ilp_seconds=seconds, strict=True))
+            g, i = r.extraction["greedy"], r.extraction["ilp"]
+            ilp_cost = "-" if i["cost"] is None else f"{i['cost']:g}"
+            print(f"| {name} | {cm} | {r.enodes} | {g['cost']:g} | {g['seconds']:.3f} | {ilp_cost} | "
+                  f"{i['seconds']:.2f} | {i['status']} | {i['variables']} | {r.extraction['greedy_worse_by']:g} |",
+                  flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", help="model names (default: all)")
+    parser.add_argument("--cost-models", nargs="+", default=["eager", "inductor"])
+    parser.add_argument("--extract", action="store_true", help="greedy vs exact extraction instead")
+    parser.add_argument("--ilp-seconds", type=float, default=10.0)
+    args = parser.parse_args()
+    factories = models(args.models)
+    if args.extract:
+        compare_extractors(factories, args.cost_models, args.ilp_seconds)
+    else:
+        calibrate(factories, args.cost_models)
+
+
+if __name__ == "__main__":
+    main()
