@@ -33,7 +33,7 @@ def optimus_config() -> dict[str, Any]:
         PRE_GRAD_FUSIONS,
     )
 
-    known_post = set(split_cat.post_grad_pass_names) | set(POST_GRAD_FUSIONS)
+    known_post = set(getattr(split_cat, "post_grad_pass_names", _POST_GRAD)) | set(POST_GRAD_FUSIONS)
     post = [p for p in _POST_GRAD if p in known_post] + [f for f in POST_GRAD_FUSIONS if f != "group_linear"]
     return {
         "pre_grad_fusion_options": {k: {} for k in [*split_cat.pre_grad_pass_names, *PRE_GRAD_FUSIONS]},

@@ -26,6 +26,7 @@ fi
 
 # The installed layout (pyproject's package-dir): rewrites/, extract/, bench/ live inside the package.
 pkg=$(mktemp -d)
+trap 'rm -rf "$pkg"' EXIT
 cp -r optimus_egg "$pkg/optimus_egg"
 for sub in rewrites extract bench; do
     cp -r "$sub" "$pkg/optimus_egg/$sub"
@@ -36,9 +37,10 @@ export PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
     date -u
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv 2>&1 || true
     python3 -c 'import sys, torch; print("python", sys.version.split()[0], "torch", torch.__version__,
-                "cuda", torch.version.cuda, "device", torch.cuda.get_device_name())'
+                "cuda", torch.version.cuda, "device", torch.cuda.get_device_name())' 2>&1 || true
     python3 -c 'import triton; print("triton", triton.__version__)' 2>&1 || true
     python3 -c 'from importlib.metadata import version; print("egglog", version("egglog"))' 2>&1 || true
+    (cd "$pkg" && python3 -c 'import optimus_egg.bench.harness as h; print("optimus_egg from", h.__file__)') 2>&1 || true
 } > "$OUT/env.txt"
 cat "$OUT/env.txt"
 

@@ -4,8 +4,9 @@ For each model, inference and one training step (forward, ``sum`` of the outputs
 
 1. eager-equivalent launches: ATen non-view ops of the graph each backend hands to Inductor,
    run eagerly (:mod:`optimus_egg.counting`);
-2. compile + first step per backend, in a fresh Inductor cache with the FX-graph and
-   AOTAutograd caches off (Optimus's pre-grad passes only run on a cache miss): compile time,
+2. compile + first step per backend, in a fresh Inductor cache (``--quick``: one per run) with
+   the FX-graph and AOTAutograd caches off (Optimus's pre-grad passes only run on a cache miss):
+   compile time,
    optimus_egg's optimization time, kernel objects and bytes accessed
    (``torch._inductor.metrics``), launches per step (CPU: kernel calls in the generated
    wrappers; CUDA: profiler), outputs and gradients against eager;
@@ -33,18 +34,11 @@ from typing import Any
 from unittest import mock
 
 import torch
-from optimus_egg.bench.backends import (
-    INDUCTOR,
-    OPTIMUS_EGG,
-    STANDARD,
-    Backend,
-    backends,
-    ensure_registered,
-)
+
+from optimus_egg.bench.backends import INDUCTOR, OPTIMUS_EGG, STANDARD, Backend, backends, ensure_registered
 from optimus_egg.bench.device import Device, pick
 from optimus_egg.bench.models import Factory
 from optimus_egg.bench.zoo import zoo
-
 from optimus_egg.counting import eager_launches, wrapper_launches
 
 MODES = ("inference", "training")
@@ -212,6 +206,22 @@ def eager_equivalent(backend: Backend, model: torch.nn.Module, inputs: Sequence[
 # compile + first step
 
 
+def fresh_cache() -> contextlib.AbstractContextManager[None]:
+    """Inductor's fresh cache directory context (``fresh_inductor_cache`` before torch 2.8)."""
+    from torch._inductor import utils
+
+    return (getattr(utils, "fresh_cache", None) or utils.fresh_inductor_cache)()
+
+
+def recompile_limits() -> contextlib.AbstractContextManager[None]:
+    """Room for every column's Dynamo cache entry on the same model (one per backend and grad
+    mode); the option names changed in torch 2.7."""
+    cfg = torch._dynamo.config
+    if hasattr(cfg, "recompile_limit"):
+        return cfg.patch(recompile_limit=64, accumulated_recompile_limit=4096)
+    return cfg.patch(cache_size_limit=64, accumulated_cache_size_limit=4096)
+
+
 @contextlib.contextmanager
 def measured_compile(cold: bool = True) -> Iterator[list[str]]:
     """Compile with Inductor's metrics on; yields the generated wrapper sources.
@@ -223,10 +233,10 @@ def measured_compile(cold: bool = True) -> Iterator[list[str]]:
     log enabled (Inductor only counts bytes accessed when it is).
     """
     from torch._inductor import metrics
-    from torch._inductor.compile_fx import inductor_metrics_log
     from torch._inductor.graph import GraphLowering
-    from torch._inductor.utils import fresh_cache
 
+    # torch._inductor.compile_fx's artifact logger, by name (the attribute is not API)
+    inductor_metrics_log = logging.getLogger("torch._inductor.compile_fx.__inductor_metrics")
     codes: list[str] = []
     level, propagate = inductor_metrics_log.level, inductor_metrics_log.propagate
     inductor_metrics_log.setLevel(logging.INFO)
@@ -413,6 +423,18 @@ def cpu_seconds() -> float:
     return sum(stats[pid][1] for pid in tree if pid in stats) / os.sysconf("SC_CLK_TCK")
 
 
+def revision() -> str | None:
+    """``git describe`` of the checkout this package runs from (``-dirty``: uncommitted edits)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
 def machine(device: Device) -> dict[str, Any]:
     import os
 
@@ -437,8 +459,6 @@ def run(models: Mapping[str, Factory], columns: Sequence[Backend], device: Devic
 
     ``after_each`` gets the results so far after every model (to save partial results of a
     run that may be cut short, as on a time-limited GPU machine)."""
-    from torch._inductor.utils import fresh_cache
-
     ensure_registered()
     progress = Progress(units(len(models), len(settings.modes), len(columns)), stream)
     progress.show("warming up Inductor")
@@ -450,14 +470,14 @@ def run(models: Mapping[str, Factory], columns: Sequence[Backend], device: Devic
         caches = ("fresh Inductor cache per compile" if settings.cold_compiles
                   else "one fresh Inductor cache per run, shared by all columns")
         meta = {"command": command, "date": started.strftime("%Y-%m-%d %H:%M UTC"), "quick": quick,
+                "revision": revision(),
                 "machine": machine(device), "reps": settings.reps, "wall_s": time.perf_counter() - wall,
                 "cpu_s": cpu_seconds() - cpu_start,
                 "models": list(dict.fromkeys(r.model for r in rows)), "backends": [b.label for b in columns],
                 "caches": caches + "; FX graph and AOTAutograd caches off"}
         return {"meta": meta, "rows": [asdict(r) for r in rows]}
 
-    with torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=4096), \
-            contextlib.nullcontext() if settings.cold_compiles else fresh_cache():
+    with recompile_limits(), contextlib.nullcontext() if settings.cold_compiles else fresh_cache():
         warm_up(device)
         for name, factory in models.items():
             rows.extend(measure(name, factory, columns, device, settings, progress))

@@ -59,7 +59,7 @@ def _cells(r: dict[str, Any], notes: list[str]) -> list[str]:
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
-    lines = [f"Command: `{meta['command']}`  ",
+    lines = [f"Command: `{meta['command']}` (revision {meta.get('revision') or 'unknown'})  ",
              (f"Machine: {m['name']} ({m['device']}), {m['platform']}, Python {m['python']}, "
              f"torch {m['torch']} ({m['threads']} CPU threads), egglog {m.get('egglog')}  "),
              (f"Date: {meta['date']}; wall time {meta['wall_s'] / 60:.1f} min, CPU time "

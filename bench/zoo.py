@@ -15,8 +15,9 @@ import itertools
 from collections.abc import Callable
 
 import torch
-from optimus_egg.bench.models import Factory, chain
 from torch import nn
+
+from optimus_egg.bench.models import Factory, chain
 
 BATCH = 64
 VOCAB = 100
