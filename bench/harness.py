@@ -272,8 +272,9 @@ def compile_first_step(backend: Backend, model: torch.nn.Module, inputs: Sequenc
         start = time.perf_counter()
         out = step()
         device.sync()
-        row.compile_s = time.perf_counter() - start
+        seconds = time.perf_counter() - start
     if backend.compiler is not None:
+        row.compile_s = seconds
         if not codes:
             raise RuntimeError("no Inductor code was generated (did Dynamo fall back to eager?)")
         row.kernels = metrics.generated_kernel_count
