@@ -41,6 +41,10 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel) -> Extraction:
         raise RuntimeError("extraction found no finite term for a graph output")
     if _has_cycle(roots, choice, kids):
         choice, method = _tree(graph, kids, own), "tree (greedy-dag result was cyclic)"
+    shared = dict(choice)
+    _share(graph, roots, shared, kids, own)
+    if not _has_cycle(roots, shared, kids):  # never expected; the unshared choice is acyclic
+        choice = shared
     return Extraction(choice, dag_cost(roots, choice, kids, own), method)
 
 
@@ -80,6 +84,87 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
             total[cls], mask[cls], paid[cls], choice[cls] = cost, used | bit, own[n] + EPSILON, n
             work.extend(parents[cls])
     return choice
+
+
+def _share(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[list[int]],
+           own: list[float]) -> None:
+    """Reuse what the extracted graph computes anyway: a class switches to a cheaper node whose
+    operands are extracted already, or a few views away from extracted ones (a slice of a tensor
+    computed for another use, instead of recomputing the op per piece). Greedy misses these: it
+    prices each class with its whole sub-DAG, as if nothing were shared."""
+    order = _postorder(roots, choice, kids)
+    for _ in range(_SHARE_PASSES):
+        changed = False
+        for cls in list(order):
+            if cls not in order:
+                continue
+            for n in graph.classes[cls]:
+                if own[n] >= own[choice[cls]] - 1e-9:
+                    continue
+                plan: dict[int, int] = {}
+                if not all(_by_views(k, order, graph, kids, own, plan, _VIEW_DEPTH) for k in kids[n]) or cls in plan:
+                    continue
+                frontier = {k for m in (n, *plan.values()) for k in kids[m] if k in order}
+                if any(order[k] >= order[cls] and _reaches(k, cls, choice, kids) for k in frontier):
+                    continue
+                choice.update(plan)
+                choice[cls], changed = n, True
+                order = _postorder(roots, choice, kids)
+                break
+        if not changed:
+            return
+
+
+_SHARE_PASSES = 4
+_VIEW_DEPTH = 3
+
+
+def _by_views(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[int]], own: list[float],
+              plan: dict[int, int], depth: int) -> bool:
+    """Whether ``cls`` is extracted or a chain of free single-operand nodes (views) over an
+    extracted class, ``depth`` steps at most; the nodes of the chain go into ``plan``."""
+    if cls in order or cls in plan:
+        return True
+    if depth == 0:
+        return False
+    for n in graph.classes[cls]:
+        if own[n] == 0 and len(kids[n]) == 1 and kids[n][0] != cls:
+            plan[cls] = n
+            if _by_views(kids[n][0], order, graph, kids, own, plan, depth - 1):
+                return True
+            del plan[cls]
+    return False
+
+
+def _postorder(roots: list[int], choice: dict[int, int], kids: list[list[int]]) -> dict[int, int]:
+    """Each extracted class's position in a post-order of the extracted DAG (operands first)."""
+    order: dict[int, int] = {}
+    seen: set[int] = set()
+    stack = [(r, False) for r in roots]
+    while stack:
+        cls, done = stack.pop()
+        if done:
+            order.setdefault(cls, len(order))
+            continue
+        if cls in seen:
+            continue
+        seen.add(cls)
+        stack.append((cls, True))
+        stack.extend((k, False) for k in kids[choice[cls]] if k not in seen)
+    return order
+
+
+def _reaches(start: int, target: int, choice: dict[int, int], kids: list[list[int]]) -> bool:
+    seen, stack = {start}, [start]
+    while stack:
+        cls = stack.pop()
+        if cls == target:
+            return True
+        for k in kids[choice[cls]]:
+            if k not in seen:
+                seen.add(k)
+                stack.append(k)
+    return False
 
 
 def _bits(x: int) -> list[int]:

@@ -30,6 +30,9 @@ RULES = [
            ("(binary-list l f (Cons a m d) (Cons b n d))",)),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(binary-list l f m n)",),
          covers="batch_aten_add/sub/mul/div"),
+    # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
+    Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
+    Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
     # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the cat.
     Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="expand",
          covers="batch_relu/tanh/sigmoid/..."),

@@ -32,3 +32,16 @@ def test_cycle_is_never_extracted():
     nodes = [ENode("Input", (0,), 0), ENode("Unary", ("u", 1), 1), ENode("Unary", ("u", 0), 1)]
     ex = extract(_graph(nodes), [1], cost)
     assert ex.choice[1] == 2
+
+
+def test_pieces_of_a_tensor_computed_anyway_are_views_of_it_not_recomputed():
+    """In the zoo's sequence model, h = stack(tanh(step)) becomes one tanh, and the pieces of h
+    read later must be slices of that tanh. Greedy prices each piece with h's whole sub-DAG and
+    chose to recompute tanh per piece (ten tanh kernels more than needed)."""
+    from optimus_egg.bench.zoo import sequence
+    from tests.helpers import check
+
+    model, inputs = sequence()()
+    report, gm = check(model, *inputs)
+    tanhs = [n for n in gm.graph.nodes if "tanh" in str(n.target)]
+    assert len(tanhs) == 1, gm.code
