@@ -23,9 +23,8 @@ from optimus_egg.bench.models import Factory, chain, rec_demo
 from optimus_egg.counting import eager_launches, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
 from optimus_egg.extract.inductor import InductorCost, Prediction
-from optimus_egg.extract.select import term_facts
+from optimus_egg.extract.select import translated
 from optimus_egg.frontend import translate
-from optimus_egg.ir import Term
 from optimus_egg.pipeline import Options, capture, optimize_graph
 
 _EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
@@ -69,8 +68,8 @@ def measure(model: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, int
 def predict(gm: torch.fx.GraphModule) -> tuple[float, Prediction]:
     """(eager launches, Inductor prediction) for a captured graph."""
     tr = translate(gm)
-    roots = [t for t in tr.outputs if isinstance(t, Term)] + ([tr.effects] if tr.effects is not None else [])
-    return KernelCost(tr.registry).total(roots), InductorCost(tr.registry).predict(roots, term_facts(tr))
+    dag = translated(tr)
+    return KernelCost(tr.registry).total(dag), InductorCost(tr.registry).predict(dag)
 
 
 def _error(predicted: float, measured: float) -> str:

@@ -14,7 +14,7 @@ Three models, chosen by the ``cost_model`` option:
 
 Every model has two faces. ``bind(graph, facts)`` gives the node-local cost the extractors
 minimize (an e-node's own cost, children excluded; a function of the node and the classes it
-reads). ``total(roots, facts)`` gives the figure reported for a concrete term DAG: the graph as
+reads). ``total(dag)`` gives the figure reported for a concrete term DAG: the graph as
 translated (``kernels_before``) and as extracted (``kernels_after``). For ``eager`` and ``memory``
 the total is the sum of the node-local costs over the DAG, so extraction minimizes exactly what
 is reported; Inductor's fusion depends on who consumes a value, which a node-local cost cannot
@@ -31,8 +31,8 @@ from typing import Any, Callable, Protocol
 import torch
 
 from optimus_egg.egraph import ENode, Frozen
-from optimus_egg.extract.dag import Fact, Facts, complete, tensor_args, topo
-from optimus_egg.ir import CONSTRUCTORS, Term
+from optimus_egg.extract.dag import Dag, Fact, tensor_args
+from optimus_egg.ir import CONSTRUCTORS
 from optimus_egg.optable import FREE_CONSTRUCTORS, OPS, Call, Kind, Registry
 
 #: Op categories, each with its own weight. ``copy`` is a kernel that only moves data (a cat
@@ -84,7 +84,7 @@ class CostModel(Protocol):
 
     def bind(self, graph: Frozen, facts: dict[int, Fact]) -> NodeCost: ...
 
-    def total(self, roots: list[Term], facts: Facts) -> float: ...
+    def total(self, dag: Dag) -> float: ...
 
 
 def _weights(weights: dict[str, float] | None) -> dict[str, float]:
@@ -120,12 +120,9 @@ class KernelCost:
     def bind(self, graph: Frozen, facts: dict[int, Fact]) -> NodeCost:
         return self
 
-    def total(self, roots: list[Term], facts: Facts | None = None) -> float:
-        return sum(self.of(t.op, t.args) for t in topo(roots))
-
-    def of_terms(self, roots: list[Term]) -> float:
-        """The cost of a term DAG as the frontend built it (each distinct term once)."""
-        return self.total(roots)
+    def total(self, dag: Dag) -> float:
+        """The cost of a term DAG (each distinct term once)."""
+        return sum(self.of(t.op, t.args) for t in dag.order)
 
 
 def _itemsize(dtype: str) -> int:
@@ -170,11 +167,9 @@ class MemoryCost:
             return nbytes(facts.get(node.eclass)) + sum(nbytes(facts.get(c)) for c in reads + listed)
         return cost
 
-    def total(self, roots: list[Term], facts: Facts) -> float:
-        order = topo(roots)
-        facts = complete(order, facts)
-        total = 0.0
-        for t in order:
+    def total(self, dag: Dag) -> float:
+        facts, total = dag.facts, 0.0
+        for t in dag.order:
             if t.op == "Cons" and t.args[2] >= 0:
                 total += 2 * nbytes(facts.get(t.args[0]))
             elif t.op not in ("Cons", "Nil") and self._moves(t.op, t.args[0] if t.args else None):

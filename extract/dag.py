@@ -82,6 +82,16 @@ def infer(term: Term, facts: Facts) -> Fact | None:
     return None
 
 
+class Dag:
+    """A concrete term DAG to cost: its roots, its terms children first, and their facts
+    (completed by :func:`infer`). Built once and shared by every cost model."""
+
+    def __init__(self, roots: list[Term], facts: Facts) -> None:
+        self.roots = roots
+        self.order = topo(roots)
+        self.facts = complete(self.order, facts)
+
+
 def complete(order: list[Term], facts: Facts) -> Facts:
     """``facts`` plus whatever :func:`infer` derives along ``order`` (children first)."""
     out = dict(facts)
@@ -96,6 +106,7 @@ def complete(order: list[Term], facts: Facts) -> Facts:
 def extracted(graph: Frozen, choice: dict[int, int], roots: list[int]) -> dict[int, Term]:
     """The term each class reachable from ``roots`` stands for under ``choice``."""
     made: dict[int, Term] = {}
+    open_: set[int] = set()  # classes whose children are being made
     stack: list[tuple[int, bool]] = [(r, False) for r in roots]
     while stack:
         cls, ready = stack.pop()
@@ -105,6 +116,9 @@ def extracted(graph: Frozen, choice: dict[int, int], roots: list[int]) -> dict[i
         kids = [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s in ("T", "TList")]
         pending = [k for k in kids if k not in made]
         if pending and not ready:
+            if cls in open_:
+                raise RuntimeError(f"the extraction is cyclic (class {cls} reaches itself)")
+            open_.add(cls)
             stack.append((cls, True))
             stack.extend((k, False) for k in pending)
             continue

@@ -44,7 +44,7 @@ from typing import Any, Callable
 
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.cost import _weights, category
-from optimus_egg.extract.dag import Fact, Facts, complete, tensor_args, topo
+from optimus_egg.extract.dag import Dag, Fact, Facts, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, Term
 from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
 
@@ -177,17 +177,15 @@ class InductorCost:
 
     # -- the simulation on a concrete DAG --------------------------------------------------------
 
-    def total(self, roots: list[Term], facts: Facts) -> float:
-        return self.predict(roots, facts).weighted
+    def total(self, dag: Dag) -> float:
+        return self.predict(dag).weighted
 
-    def predict(self, roots: list[Term], facts: Facts) -> Prediction:
-        order = topo(roots)
-        facts = complete(order, facts)
-        sim = _Simulation(self, facts)
-        sim.count_readers(order, roots)
-        for term in order:
+    def predict(self, dag: Dag) -> Prediction:
+        sim = _Simulation(self, dag.facts)
+        sim.count_readers(dag.order, dag.roots)
+        for term in dag.order:
             sim.visit(term)
-        for root in roots:
+        for root in dag.roots:
             sim.use(root, None)
         return sim.result()
 
@@ -240,7 +238,14 @@ class _Simulation:
         self.epilogues: list[tuple[Term, Term]] = []  # (pointwise reader, reduction), decided last
         self.moved: set[Term] = set()  # reductions whose pointwise tail a later kernel computes
         self.readers: dict[Term, int] = {}  # a term -> how many terms (or outputs) read it
+        self.numels: dict[Term, int | None] = {}
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
+        self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
+
+    def numel(self, term: Term) -> int | None:
+        if term not in self.numels:
+            self.numels[term] = _numel(self.facts.get(term))
+        return self.numels[term]
 
     def count_readers(self, order: list[Term], roots: list[Term]) -> None:
         views: dict[Term, Term] = {}
@@ -282,7 +287,7 @@ class _Simulation:
         Then horizontal fusion with kernels that read the same tensor through the same view
         (``numel``: the elements the kernel writes, when ``term`` has no fact of its own)."""
         g = self.group[term]
-        numel = numel if numel is not None else _numel(self.facts.get(term))
+        numel = numel if numel is not None else self.numel(term)
         inlined = set()
         for a in args:
             s = self.src[a]
@@ -303,7 +308,7 @@ class _Simulation:
                     # every slice reads the same row statistics / gathered table: Inductor fuses
                     # the kernels that read slices of it
                     key = ("slices of", self.uf.find(self.group[s]), numel, self.depth[term])
-            elif numel is not None and (_numel(self.facts.get(a)) or numel) < numel:
+            elif numel is not None and (self.numel(a) or numel) < numel:
                 self.uf.groups[self.uf.find(g)].shared = True  # a broadcast read
             if key not in self.horizontal:
                 self.horizontal[key] = g
@@ -316,7 +321,7 @@ class _Simulation:
 
     def _whole(self, view: Term) -> bool:
         """Does ``view`` show all of the tensor it views (a reshape, not a slice)?"""
-        return view is self.src[view] or _numel(self.facts.get(view)) == _numel(self.facts.get(self.src[view]))
+        return view is self.src[view] or self.numel(view) == self.numel(self.src[view])
 
     def visit(self, term: Term) -> None:
         op = term.op
@@ -346,7 +351,7 @@ class _Simulation:
             if kind == "reduction":
                 group = self.uf.groups[g]
                 group.reductions.append(term)
-                group.signature = (_numel(self.facts.get(args[0])) or -1, _numel(self.facts.get(term)) or -1)
+                group.signature = (self.numel(args[0]) or -1, self.numel(term) or -1)
                 group.needed = True
             self.fuse_in(term, args)
             return
@@ -371,7 +376,7 @@ class _Simulation:
                 prep = Term("Op", (what, term))
                 self.kind[prep], self.src[prep] = "pointwise", prep
                 self.uf.groups[self.new_group(prep, "pointwise", depth)].needed = True
-                self.fuse_in(prep, args[:1] if what == "<indices>" else [], _numel(self.facts.get(args[0])))
+                self.fuse_in(prep, args[:1] if what == "<indices>" else [], self.numel(args[0]))
 
     def distribute(self, term: Term, args: list[Term]) -> bool:
         """CPU: a pointwise op that alone reads a whole cat with matmul pieces is computed piece
@@ -381,14 +386,17 @@ class _Simulation:
             return False
         cats = [self.src[a] for a in args if self.kind[self.src[a]] == "cat-kernel" and self._whole(a)
                 and self.readers.get(self.src[a]) == 1]
-        if len(cats) != 1 or not self.pieces[cats[0]]:
+        if len(cats) != 1 or not self.pieces.get(cats[0]):
             return False  # (without matmul pieces the op reads the cat like any buffer)
         cat = cats[0]
-        for piece in self.pieces[cat]:
-            write = Term("Op", ("<piece>", piece, term))
-            self.kind[write], self.src[write] = "pointwise", write
-            self.uf.groups[self.new_group(write, "pointwise", self.level(piece))].needed = True
-            self.fuse_in(write, [piece])
+        if cat not in self.distributed:  # (a second op joins the kernels the first one made)
+            for piece in self.pieces[cat]:
+                write = Term("Op", ("<piece>", piece, term))
+                self.kind[write], self.src[write] = "pointwise", write
+                self.uf.groups[self.new_group(write, "pointwise", self.level(piece))].needed = True
+                self.fuse_in(write, [piece])
+        self.distributed.add(term)
+        self.pieces[term] = self.pieces[cat]
         self.kind[term], self.src[term], self.depth[term] = "cat-kernel", term, self.depth[cat]
         return True
 
@@ -403,7 +411,7 @@ class _Simulation:
         self.pieces[term] = []
         for a in args:
             s = self.src[a]
-            whole = _numel(self.facts.get(a)) == _numel(self.facts.get(s))
+            whole = self.numel(a) == self.numel(s)
             if a is s and self.kind[s] == "matmul":
                 self.pieces[term].append(a)
                 continue  # a library matmul writes its result into the slot (out=); a fallback can't
@@ -416,7 +424,7 @@ class _Simulation:
             g = self.new_group(write, "copy", self.depth[s] if inlined else self.level(a))
             self.uf.groups[g].needed = True
             if not inlined:
-                self.fuse_in(write, [a], _numel(self.facts.get(a)))
+                self.fuse_in(write, [a], self.numel(a))
 
     def result(self) -> Prediction:
         # A pointwise op after a reduction fuses into the reduction's kernel (an epilogue) unless

@@ -14,7 +14,7 @@ from typing import Any
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import greedy_dag, ilp
 from optimus_egg.extract.cost import CostModel, KernelCost, MemoryCost
-from optimus_egg.extract.dag import Fact, Facts, extracted
+from optimus_egg.extract.dag import Dag, Fact, Facts, extracted
 from optimus_egg.extract.greedy_dag import Extraction
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.frontend import Translation
@@ -52,6 +52,12 @@ def term_facts(tr: Translation) -> Facts:
     return {t: (tuple(shape), dtype) for t, shape, dtype in tr.facts}
 
 
+def translated(tr: Translation) -> Dag:
+    """The graph as translated (outputs and the effect chain), to cost before optimization."""
+    roots = [t for t in tr.outputs if isinstance(t, Term)] + ([tr.effects] if tr.effects is not None else [])
+    return Dag(roots, term_facts(tr))
+
+
 def seed_facts(tr: Translation, names: dict[Term, int], graph: Frozen) -> dict[int, Fact]:
     """The facts of the classes that translated terms landed in."""
     out: dict[int, Fact] = {}
@@ -79,8 +85,8 @@ def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, 
                    "seconds": result.seconds, "status": result.status, "variables": result.variables,
                    "constraints": result.constraints, "used": ex is not greedy}
     if extractor == "compare":
-        info["greedy"]["kernels"] = total(model, graph, greedy, roots, facts)
-        info["ilp"]["kernels"] = total(model, graph, ex, roots, facts)
+        info["greedy"]["kernels"] = model.total(extracted_dag(graph, greedy, roots, facts))
+        info["ilp"]["kernels"] = model.total(extracted_dag(graph, ex, roots, facts))
         mine = reachable(graph, roots, greedy.choice)
         theirs = reachable(graph, roots, ex.choice)
         info["differing_classes"] = sum(1 for c in mine | theirs if greedy.choice.get(c) != ex.choice.get(c))
@@ -102,7 +108,7 @@ def reachable(graph: Frozen, roots: list[int], choice: dict[int, int]) -> set[in
     return set(extracted(graph, choice, roots))
 
 
-def total(model: CostModel, graph: Frozen, ex: Extraction, roots: list[int], facts: dict[int, Fact]) -> float:
-    """The model's reported figure for an extraction: its total on the extracted term DAG."""
+def extracted_dag(graph: Frozen, ex: Extraction, roots: list[int], facts: dict[int, Fact]) -> Dag:
+    """The graph as extracted, to cost after optimization."""
     terms = extracted(graph, ex.choice, roots)
-    return model.total([terms[r] for r in roots], {t: facts[c] for c, t in terms.items() if c in facts})
+    return Dag([terms[r] for r in roots], {t: facts[c] for c, t in terms.items() if c in facts})

@@ -196,7 +196,7 @@ def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], opt
     phase("build")
     device = select.device_of(tr)
     models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
-    before = select.term_facts(tr)
+    before = select.translated(tr)
     stats = egraph.saturate(options.budget)
     report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
     report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
@@ -209,8 +209,8 @@ def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], opt
                                            options.ilp_seconds)
     report.extractor = ex.method
     phase("extract")
-    report.costs = {name: (m.total(roots, before), select.total(m, frozen, ex, classes, facts))
-                    for name, m in models.items()}
+    after = select.extracted_dag(frozen, ex, classes, facts)
+    report.costs = {name: (m.total(before), m.total(after)) for name, m in models.items()}
     report.cost_model = options.cost_model
     report.kernels_before, report.kernels_after = report.costs[options.cost_model]
     phase("cost")

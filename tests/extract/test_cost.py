@@ -12,7 +12,6 @@ from optimus_egg.extract import select
 from optimus_egg.extract.cost import KernelCost, MemoryCost
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.frontend import translate
-from optimus_egg.ir import Term
 from optimus_egg.pipeline import capture
 from tests.helpers import Fn, check
 
@@ -21,13 +20,12 @@ W = torch.randn(8, 8)
 
 def _dag(fn, *inputs):
     tr = translate(capture(Fn(fn), inputs))
-    roots = [t for t in tr.outputs if isinstance(t, Term)]
-    return tr, roots, select.term_facts(tr)
+    return tr.registry, select.translated(tr)
 
 
 def predict(fn, *inputs, device="cpu"):
-    tr, roots, facts = _dag(fn, *inputs)
-    return InductorCost(tr.registry, device=device).predict(roots, facts)
+    registry, dag = _dag(fn, *inputs)
+    return InductorCost(registry, device=device).predict(dag)
 
 
 def test_inductor_model_fuses_pointwise_and_keeps_externs_apart():
@@ -54,8 +52,8 @@ def test_inductor_model_cat_rules_per_device():
     assert predict(pieces, x).kernels == 4  # CPU: each piece's kernel writes its slot
     assert predict(copies, x).kernels == 5  # four copies, then the multiply
     assert predict(pieces, x, device="cuda").kernels == 1  # CUDA: a pointwise cat, fused
-    eager = KernelCost(_dag(pieces, x)[0].registry)
-    assert eager.total(_dag(pieces, x)[1]) == 5  # eager: 4 relus and the cat
+    registry, dag = _dag(pieces, x)
+    assert KernelCost(registry).total(dag) == 5  # eager: 4 relus and the cat
 
 
 _EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
@@ -83,22 +81,22 @@ def test_inductor_model_matches_inductor_on_cpu():
 
 def test_memory_model_counts_bytes_read_and_written():
     x = torch.randn(4, 8)
-    tr, roots, facts = _dag(lambda x: torch.relu(x), x)
-    assert MemoryCost(tr.registry).total(roots, facts) == 2 * 4 * 8 * 4
-    tr, roots, facts = _dag(lambda x, y: torch.cat([x, y], 0), x, x.clone())
-    assert MemoryCost(tr.registry).total(roots, facts) == 2 * 2 * 4 * 8 * 4  # read and write both pieces
-    tr, roots, facts = _dag(lambda x: x.double().sum(), x)
-    assert MemoryCost(tr.registry).total(roots, facts) == (4 * 8 * 4 + 4 * 8 * 8) + (4 * 8 * 8 + 8)
+    registry, dag = _dag(lambda x: torch.relu(x), x)
+    assert MemoryCost(registry).total(dag) == 2 * 4 * 8 * 4
+    registry, dag = _dag(lambda x, y: torch.cat([x, y], 0), x, x.clone())
+    assert MemoryCost(registry).total(dag) == 2 * 2 * 4 * 8 * 4  # read and write both pieces
+    registry, dag = _dag(lambda x: x.double().sum(), x)
+    assert MemoryCost(registry).total(dag) == (4 * 8 * 4 + 4 * 8 * 8) + (4 * 8 * 8 + 8)
 
 
 def test_weights_scale_each_category():
     x = torch.randn(4, 8)
-    tr, roots, facts = _dag(lambda x: torch.relu(F.linear(x, W)), x)
-    assert KernelCost(tr.registry).total(roots) == 2
-    assert KernelCost(tr.registry, {"matmul": 5, "pointwise": 0.5}).total(roots) == 5.5
-    assert InductorCost(tr.registry, {"matmul": 5}).total(roots, facts) == 6
+    registry, dag = _dag(lambda x: torch.relu(F.linear(x, W)), x)
+    assert KernelCost(registry).total(dag) == 2
+    assert KernelCost(registry, {"matmul": 5, "pointwise": 0.5}).total(dag) == 5.5
+    assert InductorCost(registry, {"matmul": 5}).total(dag) == 6
     with pytest.raises(ValueError, match="valid: pointwise"):
-        KernelCost(tr.registry, {"matmull": 2})
+        KernelCost(registry, {"matmull": 2})
 
 
 @pytest.mark.parametrize("cost_model", ["inductor", "memory"])
