@@ -10,6 +10,7 @@ import optimus_egg
 from optimus_egg import OptimizerFallback, optimize
 from optimus_egg.counting import eager_launches
 from optimus_egg.bench.models import chain
+from optimus_egg.pipeline import Options, capture, optimize_graph
 from tests.helpers import Fn
 
 
@@ -97,3 +98,13 @@ def test_traced_graph_module_reading_parameters_is_optimized():
 
 def test_public_api():
     assert callable(optimus_egg.optimize) and callable(optimus_egg.optimize_graph)
+
+
+def test_a_graph_with_nothing_cheaper_is_returned_as_it_was():
+    x = torch.randn(4, 6)
+    gm0 = capture(Fn(lambda x: torch.cat([x[:, :3].relu(), x[:, 3:].exp()], 1)), (x,))
+    gm, report = optimize_graph(gm0, Options())
+    assert report.kept and gm is gm0 and report.kernels_after == report.kernels_before
+    gm1 = capture(Fn(lambda x: torch.cat([p.relu() for p in x.split(3, 1)], 1)), (x,))
+    gm, report = optimize_graph(gm1, Options())
+    assert not report.kept and gm is not gm1 and report.kernels_after < report.kernels_before
