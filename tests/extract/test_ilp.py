@@ -10,6 +10,7 @@ from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract import greedy_dag, ilp
 from optimus_egg.extract.greedy_dag import EPSILON, _class_kids, _has_cycle, dag_cost
 from optimus_egg.bench.models import chain, rec_demo
+from optimus_egg.counting import eager_launches
 from tests.helpers import check
 
 pytest.importorskip("scipy")
@@ -133,3 +134,25 @@ def test_exact_extraction_gives_graphs_equal_to_eager(extractor):
             assert report.extraction["ilp"]["kernels"] <= report.extraction["greedy"]["kernels"] + 1e-9
     x = torch.randn(4, 12)
     check(lambda x: torch.cat([torch.relu(p) for p in x.split(3, 1)], 1) * 2, x, extractor=extractor)
+
+
+class ParallelLinears(torch.nn.Module):
+    """Three linears on one input: the horizontal rules offer one linear on concatenated weights
+    (plus the weight and bias cats), each output a slice of it."""
+
+    def __init__(self):
+        super().__init__()
+        self.heads = torch.nn.ModuleList(torch.nn.Linear(8, 4) for _ in range(3))
+
+    def forward(self, x):
+        a, b, c = (torch.tanh(head(x)) for head in self.heads)
+        return a * b + c
+
+
+def test_exact_extraction_of_horizontal_fusion_is_what_runs():
+    torch.manual_seed(0)
+    model, x = ParallelLinears(), torch.randn(5, 8)
+    report, gm = check(model, x, extractor="compare")
+    ilp_cost = report.extraction["ilp"]["cost"]
+    assert ilp_cost <= report.extraction["greedy"]["cost"]
+    assert report.kernels_after == ilp_cost == eager_launches(gm, x)  # the prediction is what runs
