@@ -10,7 +10,9 @@ DECLARATIONS = "(constructor app (TList TList) TList) (relation adjacent (T T T 
 RULES = [
     # adjacent p q x d s n: slices p, q of x are neighbours along d and together [s, s+n). Found
     # on its own first: joined straight into the cat pattern, the same search is 5x slower.
-    Derive("adjacent-slices", ("(= p (Sl x d s a))", "(= q (Sl x d s2 b))", "(= s2 (+ s a))"),
+    # Empty pieces never merge: x = cat([x, empty]) puts x inside a cat of itself, and cat-of-cat
+    # then unrolls it into ever longer lists (the e-graph blows up; found by the fuzzer).
+    Derive("adjacent-slices", ("(= p (Sl x d s a))", "(= q (Sl x d s2 b))", "(= s2 (+ s a))", "(> a 0)", "(> b 0)"),
            ("(adjacent p q x d s (+ a b))",)),
     # Merged from the head of a cat only: a cat costs one kernel whatever its length, so a merged
     # run pays off only when the whole list becomes one slice, and merging at every position

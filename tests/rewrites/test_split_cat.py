@@ -215,3 +215,17 @@ def test_reshapes_that_mix_the_split_dim_stay():
     report, gm = check(lambda y: torch.cat([p.reshape(8, 5) for p in torch.split(y, 2, 1)], 0) * 2, y)
     assert not any("flat" in rule for rule in report.rules_fired)
     check(lambda y: torch.cat([p.reshape(4, 5, 2) for p in torch.split(y, 2, 1)], 1) * 2, y)  # not a merge/split
+
+
+def test_empty_split_piece_does_not_blow_up_cat_of_cat():
+    # Found by the fuzzer: adjacent-slices merged [x, empty] into x, so x = cat([x, empty]) and
+    # cat-of-cat unrolled the cat of that into ever longer lists (40k e-nodes, >20 s, budget hit).
+    x = torch.randn(4, 6)
+
+    def fn(x):
+        a, b = torch.split(x, [6, 0], dim=-1)
+        return torch.cat([torch.cat([a.neg(), b.neg()], -1)] * 2, 0)
+
+    report, gm = check(fn, x)
+    assert report.stop_reason == "saturated" and report.enodes < 200, report.summary()
+    assert "adjacent-slices" not in report.rules_fired
