@@ -81,8 +81,9 @@ class Backend:
             return pre_grad_passes(gm, example_inputs)
 
 
-def rules_backend(families: str) -> Backend:
-    """``--rules split_cat,pointwise`` → the column ``optimus_egg[split_cat+pointwise]``.
+def rules_backend(families: str, options: dict[str, Any] | None = None) -> Backend:
+    """``--rules split_cat,pointwise`` → the column ``optimus_egg[split_cat+pointwise]``, with
+    the command line's other optimizer ``options``.
 
     The families are checked here, so a typo fails before any model is compiled.
     """
@@ -91,24 +92,32 @@ def rules_backend(families: str) -> Backend:
     names = [f.strip() for f in families.split(",") if f.strip()]
     if not names:
         raise ValueError("--rules needs at least one rule family")
-    Options.from_kwargs(families=names)  # raises, listing the valid families
-    return Backend(f"{OPTIMUS_EGG}[{'+'.join(names)}]", OPTIMUS_EGG, {"families": names})
+    Options.from_kwargs(**{**(options or {}), "families": names})  # raises, listing the valid ones
+    return Backend(f"{OPTIMUS_EGG}[{'+'.join(names)}]", OPTIMUS_EGG, {**(options or {}), "families": names})
 
 
-def backends(names: Sequence[str] = STANDARD, rules: Sequence[str] = ()) -> list[Backend]:
-    """The standard columns asked for, in table order, then one column per ``--rules`` value."""
+def backends(names: Sequence[str] = STANDARD, rules: Sequence[str] = (),
+             options: dict[str, Any] | None = None) -> list[Backend]:
+    """The standard columns asked for, in table order, then one column per ``--rules`` value.
+    ``options`` (the optimizer flags of the command line) go to every optimus_egg column."""
+    from optimus_egg.pipeline import Options
+
     unknown = [n for n in names if n not in STANDARD]
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; valid: {', '.join(STANDARD)}")
+    try:
+        Options.from_kwargs(**(options or {}))
+    except TypeError as exc:  # unknown option names, reported like every other bad value
+        raise ValueError(str(exc)) from None
     standard = {
         EAGER: Backend(EAGER, None),
         INDUCTOR: Backend(INDUCTOR, "inductor"),
         OPTIMUS: Backend(OPTIMUS, "inductor", optimus_config(), optimus=True),
-        OPTIMUS_EGG: Backend(OPTIMUS_EGG, OPTIMUS_EGG),
+        OPTIMUS_EGG: Backend(OPTIMUS_EGG, OPTIMUS_EGG, dict(options or {})),
     }
     out = [standard[n] for n in STANDARD if n in names]
     for value in rules:
-        column = rules_backend(value)
+        column = rules_backend(value, options)
         if column.label not in {b.label for b in out}:
             out.append(column)
     return out

@@ -39,6 +39,7 @@ from optimus_egg.bench.backends import INDUCTOR, OPTIMUS_EGG, STANDARD, Backend,
 from optimus_egg.bench.device import Device, pick
 from optimus_egg.bench.models import Factory
 from optimus_egg.bench.zoo import zoo
+from optimus_egg.cli_options import add_option_args, options_from_args
 from optimus_egg.counting import eager_launches, wrapper_launches
 
 MODES = ("inference", "training")
@@ -497,6 +498,8 @@ def _split(values: Sequence[str] | None) -> list[str]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The bench flags, and the optimizer's option flags for the optimus_egg columns."""
+    add_option_args(parser)
     parser.add_argument("--quick", action="store_true",
                         help="small chain models and few timing rounds (under 5 minutes on 2 CPU cores)")
     parser.add_argument("--out", type=Path, help="write results.json, results.md and PNG plots here")
@@ -561,7 +564,7 @@ def main(args: argparse.Namespace) -> int:
 
     try:
         models = select_models(args.models, args.quick)
-        columns = backends(_split(args.backends) or STANDARD, args.rules)
+        columns = backends(_split(args.backends) or STANDARD, args.rules, options_from_args(args))
         modes = select_modes(args.modes)
         device = pick(args.device)
     except (ValueError, RuntimeError) as exc:

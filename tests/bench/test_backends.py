@@ -61,3 +61,21 @@ def test_dynamo_graph_is_what_a_backend_receives():
     gm, example_inputs = dynamo_graph(Fn(cruft), (torch.randn(4, 8),), train=False)
     assert len(example_inputs) == 1
     torch.testing.assert_close(gm(*example_inputs)[0], cruft(example_inputs[0]))
+
+
+def test_optimizer_flags_reach_every_optimus_egg_column():
+    import argparse
+
+    from optimus_egg.bench.harness import add_arguments
+    from optimus_egg.cli_options import options_from_args
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--rules", "split_cat", "--max-iterations", "7", "--option", "extractor='ilp'"])
+    columns = backends(["inductor", "optimus_egg"], args.rules, options_from_args(args))
+    egg = [c for c in columns if c.compiler == "optimus_egg"]
+    assert [c.label for c in egg] == ["optimus_egg", "optimus_egg[split_cat]"]
+    assert all(c.options["max_iterations"] == 7 and c.options["extractor"] == "ilp" for c in egg)
+    assert egg[1].options["families"] == ["split_cat"] and "families" not in egg[0].options
+    with pytest.raises(ValueError, match="unknown"):
+        backends(["optimus_egg"], (), {"no_such_option": 1})
