@@ -43,6 +43,7 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel) -> Extraction:
         choice, method = _tree(graph, kids, own), "tree (greedy-dag result was cyclic)"
     shared = dict(choice)
     _share(graph, roots, shared, kids, own)
+    _fuse(graph, roots, shared, kids, own)
     if not _has_cycle(roots, shared, kids):  # never expected; the unshared choice is acyclic
         choice = shared
     return Extraction(choice, dag_cost(roots, choice, kids, own), method)
@@ -134,6 +135,70 @@ def _by_views(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[in
                 return True
             del plan[cls]
     return False
+
+
+def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[list[int]],
+          own: list[float]) -> None:
+    """Build one op that several extracted classes are views of, when it costs less than what
+    they cost now: N linears as slices of one linear on concatenated weights. Greedy never picks
+    it: for each class alone the fused op (a linear and two cats) costs more than its own linear."""
+    order = _postorder(roots, choice, kids)
+    groups: dict[int, dict[int, int]] = {}  # unextracted class -> {extracted class: its view of it}
+    for cls in order:
+        for n in graph.classes[cls]:
+            if own[n] == 0 and len(kids[n]) == 1 and kids[n][0] not in order and kids[n][0] != cls:
+                groups.setdefault(kids[n][0], {}).setdefault(cls, n)
+    tried = 0
+    for fused, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
+        if len(members) < 2 or tried >= _FUSE_TRIES:
+            continue
+        tried += 1
+        members = {c: n for c, n in members.items() if c in order and choice[c] != n}
+        plan: dict[int, int] = {}
+        cost = _build_cost(fused, order, graph, kids, own, plan, _BUILD_DEPTH, set())
+        if cost >= sum(own[choice[c]] for c in members) - 1e-9 or any(c in plan for c in members):
+            continue
+        frontier = {k for m in plan.values() for k in kids[m] if k in order}
+        if any(_reaches(k, c, choice, kids) for k in frontier for c in members):
+            continue
+        choice.update(plan)
+        choice.update(members)
+        order = _postorder(roots, choice, kids)
+
+
+_FUSE_TRIES = 200
+_BUILD_DEPTH = 3  # ops (nodes that cost) on the way from the fused class to extracted ones
+
+
+def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[int]], own: list[float],
+                plan: dict[int, int], depth: int, visiting: set[int]) -> float:
+    """What computing ``cls`` adds to the extracted graph, built from extracted classes with at
+    most ``depth`` ops; the nodes picked go into ``plan``."""
+    if cls in order or cls in plan:
+        return 0.0
+    if cls in visiting:
+        return float("inf")
+    visiting.add(cls)
+    best, best_plan = float("inf"), None
+    for n in sorted(graph.classes[cls], key=own.__getitem__)[:_BUILD_WIDTH]:
+        if own[n] > 0 and depth == 0:
+            continue
+        trial = dict(plan)
+        trial[cls] = n
+        total = own[n]
+        for k in kids[n]:
+            total += _build_cost(k, order, graph, kids, own, trial, depth - (own[n] > 0), visiting)
+            if total >= best:
+                break
+        if total < best:
+            best, best_plan = total, trial
+    visiting.discard(cls)
+    if best_plan is not None:
+        plan.update(best_plan)
+    return best
+
+
+_BUILD_WIDTH = 4
 
 
 def _postorder(roots: list[int], choice: dict[int, int], kids: list[list[int]]) -> dict[int, int]:

@@ -45,3 +45,11 @@ def test_pieces_of_a_tensor_computed_anyway_are_views_of_it_not_recomputed():
     report, gm = check(model, *inputs)
     tanhs = [n for n in gm.graph.nodes if "tanh" in str(n.target)]
     assert len(tanhs) == 1, gm.code
+
+
+def test_one_op_that_several_outputs_are_views_of_is_built_when_it_costs_less():
+    from tests.extract.test_ilp import _sharing_graph, cost as ilp_cost
+
+    graph, roots = _sharing_graph(), [4, 5, 6]
+    ex = extract(graph, roots, ilp_cost)
+    assert ex.cost == 2 and all(graph.nodes[ex.choice[c]].op == "Sl" for c in roots)

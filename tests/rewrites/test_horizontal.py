@@ -23,7 +23,7 @@ X = torch.randn(5, 8)
 
 def test_parallel_linears_on_one_input_become_one_linear_on_concatenated_weights():
     model = Towers(5)
-    report, gm = check(model, X, extractor="ilp")
+    report, gm = check(model, X)
     assert report.rules_fired["linear-as-slice-of-fused"] == 5
     linears = [n for n in gm.graph.nodes if "linear" in str(n.target)]
     assert len(linears) == 1
@@ -33,7 +33,7 @@ def test_parallel_linears_on_one_input_become_one_linear_on_concatenated_weights
 
 def test_two_linears_stay_apart_when_the_weight_cats_cost_more():
     model = Towers(2)
-    report, gm = check(model, X, extractor="ilp")
+    report, gm = check(model, X)
     assert report.rules_fired["linear-as-slice-of-fused"] == 2
     assert launches(gm, X) == launches(model, X)
 
@@ -47,11 +47,11 @@ def test_linears_on_different_inputs_are_not_grouped():
         def forward(self, x, y):
             return self.a(x) + self.b(y)
 
-    report, gm = check(TwoInputs(), X, torch.randn(5, 8), extractor="ilp")
+    report, gm = check(TwoInputs(), X, torch.randn(5, 8))
     assert report.rules_fired["linear-as-slice-of-fused"] == 6  # two groups of three, not one of six
     assert report.rules_fired["linear-group-next"] == 6  # 3 + 3 ordered pairs, none across inputs
 
 
 def test_linears_without_bias_are_left_alone():
-    report, gm = check(Towers(5, bias=False), X, extractor="ilp")
+    report, gm = check(Towers(5, bias=False), X)
     assert "linear-as-slice-of-fused" not in report.rules_fired
