@@ -163,7 +163,7 @@ class MemoryCost:
             if not self._moves(node.op, node.children[0] if node.children else None):
                 return 0.0
             reads = [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s == "T"]
-            listed = _list_classes(graph, node.children[1]) if node.op == "Op" else []
+            listed = list_classes(graph, node.children[1]) if node.op == "Op" else []
             return nbytes(facts.get(node.eclass)) + sum(nbytes(facts.get(c)) for c in reads + listed)
         return cost
 
@@ -177,7 +177,7 @@ class MemoryCost:
         return total
 
 
-def _list_classes(graph: Frozen, lst: int) -> list[int]:
+def list_classes(graph: Frozen, lst: int) -> list[int]:
     """The element classes of an ``Op`` argument list (argument lists are never rewritten, so
     each list class has one cons-chain)."""
     out = []

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from optimus_egg.egraph import ENode, Frozen
-from optimus_egg.extract.cost import _weights, category
+from optimus_egg.extract.cost import _weights, category, list_classes
 from optimus_egg.extract.dag import Dag, Fact, Facts, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, Term
 from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
@@ -192,15 +192,7 @@ class InductorCost:
 
 def _reads(graph: Frozen, node: ENode) -> list[int]:
     if node.op == "Op":
-        out, lst, seen = [], node.children[1], set()
-        while lst not in seen:
-            seen.add(lst)
-            cons = next((graph.nodes[n] for n in graph.classes[lst] if graph.nodes[n].op == "Cons"), None)
-            if cons is None:
-                break
-            out.append(cons.children[0])
-            lst = cons.children[1]
-        return out
+        return list_classes(graph, node.children[1])
     return [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s == "T"]
 
 

@@ -8,6 +8,7 @@ import torch
 
 from optimus_egg import Report, optimize
 from optimus_egg.counting import eager_launches
+from optimus_egg.egraph import ENode, Frozen
 
 
 class Fn(torch.nn.Module):
@@ -40,6 +41,14 @@ def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trial
             assert e.shape == g.shape and e.dtype == g.dtype
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
     return report, gm
+
+
+def frozen(nodes: list[ENode]) -> Frozen:
+    """An e-graph snapshot made of ``nodes`` (each names its class), for extractor tests."""
+    classes: dict[int, list[int]] = {}
+    for i, n in enumerate(nodes):
+        classes.setdefault(n.eclass, []).append(i)
+    return Frozen(nodes, classes, {})
 
 
 def launches(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor) -> int:

@@ -1,14 +1,9 @@
 """The extractor pays for a shared subterm once and never returns a cycle."""
 
-from optimus_egg.egraph import ENode, Frozen
+from optimus_egg.egraph import ENode
 from optimus_egg.extract.greedy_dag import extract
+from tests.helpers import frozen
 
-
-def _graph(nodes):
-    classes = {}
-    for i, n in enumerate(nodes):
-        classes.setdefault(n.eclass, []).append(i)
-    return Frozen(nodes, classes, {})
 
 
 def cost(node):
@@ -23,14 +18,14 @@ def test_shared_subterm_is_paid_once():
              ENode("Binary", ("add", 1, 1), 3),  # s + s: DAG cost 2
              ENode("Unary", ("h", 0), 4), ENode("Unary", ("k", 0), 5),
              ENode("Binary", ("add", 4, 5), 3)]  # h(x) + k(x): cost 3
-    ex = extract(_graph(nodes), [3], cost)
+    ex = extract(frozen(nodes), [3], cost)
     assert ex.choice[3] == 2 and ex.cost == 2
 
 
 def test_cycle_is_never_extracted():
     # class 1 = u(1) (a self-loop) or u(0): only the second is a term.
     nodes = [ENode("Input", (0,), 0), ENode("Unary", ("u", 1), 1), ENode("Unary", ("u", 0), 1)]
-    ex = extract(_graph(nodes), [1], cost)
+    ex = extract(frozen(nodes), [1], cost)
     assert ex.choice[1] == 2
 
 

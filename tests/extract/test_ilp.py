@@ -6,21 +6,15 @@ import random
 import pytest
 import torch
 
-from optimus_egg.egraph import ENode, Frozen
+from optimus_egg.egraph import ENode
 from optimus_egg.extract import greedy_dag, ilp
 from optimus_egg.extract.greedy_dag import EPSILON, _class_kids, _has_cycle, dag_cost
 from optimus_egg.bench.models import chain, rec_demo
 from optimus_egg.counting import eager_launches
-from tests.helpers import check
+from tests.helpers import check, frozen
 
 pytest.importorskip("scipy")
 
-
-def _graph(nodes):
-    classes = {}
-    for i, n in enumerate(nodes):
-        classes.setdefault(n.eclass, []).append(i)
-    return Frozen(nodes, classes, {})
 
 
 def cost(node):
@@ -30,7 +24,7 @@ def cost(node):
 def _sharing_graph():
     """Three matmuls of x (classes 4, 5, 6), each also a slice of one matmul of x with the
     concatenated weights (class 8; the cat is class 7): 3 kernels apart, 2 fused."""
-    return _graph([
+    return frozen([
         ENode("Input", (0,), 0), ENode("Input", (1,), 1), ENode("Input", (2,), 2), ENode("Input", (3,), 3),
         ENode("Nil", (), 20), ENode("Cons", (3, 20, 1), 21), ENode("Cons", (2, 21, 1), 22),
         ENode("Cons", (1, 22, 1), 23), ENode("Op", ("cat", 23), 7), ENode("Binary", ("mm", 0, 7), 8),
@@ -47,7 +41,7 @@ def test_ilp_finds_the_sharing_optimum_greedy_misses():
     assert all(graph.nodes[exact.choice[c]].op == "Sl" for c in roots)
 
 
-def _random_graph(rng):
+def _randomfrozen(rng):
     """A small e-graph with random sharing and cycles: some leaves, then classes whose nodes
     read random classes (their own included)."""
     n_classes = rng.randint(3, 7)
@@ -58,7 +52,7 @@ def _random_graph(rng):
             kids = [rng.randrange(n_classes) for _ in range(2 if op == "Binary" else 1)]
             args = (f"f{rng.randrange(3)}", *kids) if op != "Sl" else (kids[0], 0, 0, 1)
             nodes.append(ENode(op, args, cls))
-    return _graph(nodes), n_classes
+    return frozen(nodes), n_classes
 
 
 def _brute_force(graph, roots, costs):
@@ -85,7 +79,7 @@ def test_ilp_is_optimal_acyclic_and_never_worse_than_greedy_on_random_egraphs():
     rng = random.Random(5)
     checked = 0
     for _ in range(200):
-        graph, n_classes = _random_graph(rng)
+        graph, n_classes = _randomfrozen(rng)
         roots = [n_classes - 1]
         own = {i: rng.choice([0.0, 1.0, 2.0, 3.0]) for i in range(len(graph.nodes))}
         by_id = {id(n): own[i] for i, n in enumerate(graph.nodes)}
@@ -117,7 +111,7 @@ def test_no_solution_or_a_cyclic_one_falls_back_to_greedy(monkeypatch):
     assert ilp.extract(graph, roots, cost, greedy)[0] is greedy
     # a "solution" in which class 4 reads itself through class 8 must be refused
     cyclic = {**greedy.choice, 4: 13, 8: 9}
-    looped = _graph([*graph.nodes[:9], ENode("Binary", ("mm", 0, 4), 8), *graph.nodes[10:]])
+    looped = frozen([*graph.nodes[:9], ENode("Binary", ("mm", 0, 4), 8), *graph.nodes[10:]])
     monkeypatch.setattr(ilp, "solve", lambda *a, **k: ilp.IlpResult(cyclic, "optimal", 0.0, 0, 0))
     assert ilp.extract(looped, roots, cost, greedy_dag.extract(looped, roots, cost))[0].method == "greedy-dag"
 
