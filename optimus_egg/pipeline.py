@@ -228,7 +228,7 @@ _ANALYSIS = {r.name for r in rewrites.family("analysis").rules}
 
 
 def _is_analysis(rule: str) -> bool:
-    return rule in _ANALYSIS or rule.startswith("unary-list")
+    return rule in _ANALYSIS or rule.startswith(("unary-list", "binary-list"))
 
 
 def _check_outputs(old: fx.GraphModule, new: fx.GraphModule) -> None:
