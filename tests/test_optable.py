@@ -82,3 +82,30 @@ def test_other_einsums_stay_einsums():
     x, y = torch.randn(4, 6), torch.randn(1, 6)  # broadcast: not the output's shape
     report, gm = check(lambda x, y: torch.einsum("bi,bi->bi", x, y), x, y)
     assert not any(n.target is torch.mul for n in gm.graph.nodes)
+
+
+def test_cat_leaves_out_pieces_empty_along_its_dim():
+    # Found by the fuzzer: with the empty piece, cat(v1, v2) equals v1 and so contains itself;
+    # cat-of-cat unrolled that into ever longer lists (20k e-nodes, 26 s over a 10 s budget).
+    def fn(x):
+        v1 = torch.div(x.narrow(0, 0, 1), x.narrow(0, 0, 1))
+        v2 = torch.div(x.narrow(0, 1, 0), x.narrow(0, 1, 0))
+        v4 = torch.cat([v1, v2], 0)
+        return torch.cat([v4.narrow(0, 0, 1) + v4.narrow(0, 0, 1)], 0)
+
+    x = torch.randn(1, 3, 2)
+    report, _ = check(fn, x)
+    assert report.stop_reason == "saturated" and report.enodes < 200, report.summary()
+    cats = [t for t in translate(capture(Fn(fn), (x,))).origin if t.op == "Cat"]
+    assert cats and all(t.args[0].args[1].op == "Nil" for t in cats)  # one piece each
+
+
+def test_reshape_of_an_empty_tensor_stays_as_written():
+    # Found by the fuzzer: unflatten(-2, (1, 7)) of a (7, 0, 7, 4) tensor also reads as splitting
+    # dim 1 (0 = 0 * 1) into (0, 0 / 0); the size analysis then divided by zero (egglog panic).
+    def fn(x):
+        return x.narrow(1, 0, 0).unflatten(-2, (1, 7)) * 2
+
+    x = torch.randn(7, 3, 7, 4)
+    check(fn, x)
+    assert not any(t.op in ("Flat", "Unflat") for t in translate(capture(Fn(fn), (x,))).origin)
