@@ -8,6 +8,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from optimus_egg import optimize
+from optimus_egg.pipeline import capture
 from tests.fuzz.programs import Program
 
 TRIALS = 3  # the example inputs, then fresh random ones
@@ -32,16 +33,27 @@ def aliases(outputs: list[Any], inputs: list[torch.Tensor]) -> list[set[tuple[st
             for i, k in enumerate(keys)]
 
 
-def check_program(program: Program) -> torch.fx.GraphModule:
-    """``optimize`` the program's graph (a fallback fails), then compare it with the eager program
-    on the example inputs and fresh ones: outputs (structure, shape, dtype, values), the inputs
-    after the call (in-place writes), and which inputs and outputs each output aliases."""
+def dynamo_graph(program: Program) -> torch.fx.GraphModule | None:
+    """The program as Dynamo captures it (None: Dynamo does not export it as one graph)."""
+    try:
+        return capture(program.module(), program.inputs)
+    except Exception:  # noqa: BLE001 - Dynamo's limits, not the optimizer's
+        return None
+
+
+def check_program(program: Program, graph: torch.fx.GraphModule | None = None) -> torch.fx.GraphModule:
+    """``optimize`` the program's graph (``graph``, or its ``fx.symbolic_trace``; a fallback fails,
+    so does a budget hit), then compare it with the eager program on the example inputs and
+    fresh ones: outputs (structure, shape, dtype, values), the inputs after the call (in-place
+    writes), and which inputs and outputs each output aliases."""
     model = program.module()
     try:
-        gm, report = optimize(program.graph_module(), program.inputs)
+        gm, report = optimize(program.graph_module() if graph is None else graph, program.inputs)
     except Exception as exc:  # noqa: BLE001 - report it with the program that caused it
         raise AssertionError(f"optimize fell back on a valid program: {type(exc).__name__}: {exc}") from exc
     assert report.fallback is None, report.fallback
+    # A program this small saturates in milliseconds: a budget hit is a rule set that blows up.
+    assert report.stop_reason == "saturated", report.summary()
     params_eager = [b for _, b in sorted(model.named_buffers())]
     params_opt = [b for _, b in sorted(gm.named_buffers())]
     for trial in range(TRIALS):

@@ -164,25 +164,32 @@ class _Builder:
         shape = self.shape_of(x)
         d = self.dim(len(shape)) if d is None else d
         n = shape[d]
-        form = self.one_of(["split_int", "split_int_kw", "method_split_int", "split_list",
-                            "method_split_list", "split_with_sizes", "chunk", "method_chunk",
-                            "tensor_split", "unbind", "method_unbind"])
-        if form in ("split_int", "split_int_kw", "method_split_int"):
+        form = self.one_of(["split_int", "split_list", "split_with_sizes", "chunk", "tensor_split",
+                            "tensor_split_indices", "unbind"])
+        if form == "split_int":
             k = self.draw(st.integers(1, max(n, 1)))
-            expr = {"split_int": f"torch.split({x}, {k}, {d})",
-                    "split_int_kw": f"torch.split({x}, {k}, dim={d})",
-                    "method_split_int": f"{x}.split({k}, {d})" if d else f"{x}.split({k})"}[form]
-        elif form in ("split_list", "method_split_list", "split_with_sizes"):
+            expr = self.one_of([f"torch.split({x}, {k}, {d})", f"torch.split({x}, {k}, dim={d})",
+                                f"{x}.split({k}, {d})" if d else f"{x}.split({k})",
+                                f"torch.split({x}, split_size_or_sections={k}, dim={d})"])
+        elif form in ("split_list", "split_with_sizes"):
             sizes = self.sizes(n)
-            expr = {"split_list": f"torch.split({x}, {sizes}, {d})",
-                    "method_split_list": f"{x}.split({sizes}, dim={d})",
-                    "split_with_sizes": f"{x}.split_with_sizes({sizes}, {d})"}[form]
-        elif form in ("chunk", "method_chunk", "tensor_split"):
+            tup = f"({', '.join(map(str, sizes))},)"
+            expr = self.one_of([f"torch.split({x}, {sizes}, {d})", f"{x}.split({sizes}, dim={d})",
+                                f"{x}.split({tup}, {d})",
+                                f"torch.split({x}, split_size_or_sections={sizes}, dim={d})"]
+                               if form == "split_list" else
+                               [f"{x}.split_with_sizes({sizes}, {d})", f"torch.split_with_sizes({x}, {sizes}, dim={d})"])
+        elif form in ("chunk", "tensor_split"):
             c = self.draw(st.integers(1, max(min(n, 5), 1)))
-            expr = {"chunk": f"torch.chunk({x}, {c}, {d})", "method_chunk": f"{x}.chunk({c}, dim={d})",
-                    "tensor_split": f"torch.tensor_split({x}, {c}, {d})"}[form]
+            expr = self.one_of([f"torch.chunk({x}, {c}, {d})", f"{x}.chunk({c}, dim={d})",
+                                f"torch.chunk({x}, chunks={c}, dim={d})"] if form == "chunk" else
+                               [f"torch.tensor_split({x}, {c}, {d})", f"{x}.tensor_split({c}, dim={d})"])
+        elif form == "tensor_split_indices":
+            indices = sorted(self.draw(st.lists(st.integers(0, n), max_size=3)))
+            expr = f"torch.tensor_split({x}, {indices}, dim={d})"
         else:
-            expr = f"torch.unbind({x}, {d})" if form == "unbind" else f"{x}.unbind(dim={d})"
+            expr = self.one_of([f"torch.unbind({x}, {d})", f"{x}.unbind(dim={d})", f"torch.unbind({x}, dim={d})"]
+                               + ([f"{x}.unbind()"] if d == 0 else []))
         return self.emit(expr)
 
     def sizes(self, n: int) -> list[int]:
@@ -222,7 +229,8 @@ class _Builder:
         n = shape[d]
         start = self.draw(st.integers(-n, n - 1)) if n else 0
         length = self.draw(st.integers(0, n - (start % n if n else 0)))
-        self.emit(self.one_of([f"torch.narrow({x}, {d}, {start}, {length})", f"{x}.narrow({d}, {start}, {length})"]))
+        self.emit(self.one_of([f"torch.narrow({x}, {d}, {start}, {length})", f"{x}.narrow({d}, {start}, {length})",
+                               f"torch.narrow({x}, dim={d}, start={start}, length={length})"]))
 
     def index(self, x: str | None = None) -> str | None:
         """Basic indexing: step-1 (now and then step-2) slices, ints, None and Ellipsis."""
@@ -236,13 +244,15 @@ class _Builder:
         dims = shape[len(shape) - used:] if ellipsis else shape[:used]
         parts = []
         for n in dims:
-            kind = self.one_of(["full", "slice", "slice", "slice", "int", "none"])
+            kind = self.one_of(["full", "slice", "slice", "slice", "int", "none", "list"])
             if kind == "none":
                 parts.append("None")
             if kind in ("full", "none"):
                 parts.append(":")
             elif kind == "int" and n:
                 parts.append(str(self.draw(st.integers(-n, n - 1))))
+            elif kind == "list" and n and "[" not in "".join(parts):  # advanced indexing: a copy
+                parts.append(str(self.draw(st.lists(st.integers(-n, n - 1), min_size=1, max_size=3))))
             else:  # a slice (also for an int index into an empty dim)
                 bound = st.one_of(st.none(), st.integers(-n - 1, n + 1))
                 start, stop = self.draw(bound), self.draw(bound)
@@ -262,7 +272,8 @@ class _Builder:
         if not shape[d]:
             return
         i = self.draw(st.integers(-shape[d], shape[d] - 1))
-        self.emit(self.one_of([f"torch.select({x}, {d}, {i})", f"{x}.select({d}, {i})"]))
+        self.emit(self.one_of([f"torch.select({x}, {d}, {i})", f"{x}.select({d}, {i})",
+                               f"torch.select({x}, dim={d}, index={i})"]))
 
     def cat(self, items: list[str] | None = None, d: int | None = None) -> str | None:
         if items is None:
@@ -271,7 +282,7 @@ class _Builder:
                 return None
         tup = self.one_of([f"[{', '.join(items)}]", f"({', '.join(items)},)"])
         return self.emit(self.one_of([f"torch.cat({tup}, {d})", f"torch.cat({tup}, dim={d})",
-                                      f"torch.concat({tup}, dim={d})"]))
+                                      f"torch.concat({tup}, dim={d})", f"torch.cat(tensors={tup}, dim={d})"]))
 
     def stack(self, items: list[str] | None = None, d: int | None = None) -> str | None:
         if items is None:
@@ -279,7 +290,8 @@ class _Builder:
             if not items:
                 return None
         tup = f"[{', '.join(items)}]"
-        return self.emit(self.one_of([f"torch.stack({tup}, {d})", f"torch.stack({tup}, dim={d})"]))
+        return self.emit(self.one_of([f"torch.stack({tup}, {d})", f"torch.stack({tup}, dim={d})",
+                                      f"torch.stack(tensors={tup}, dim={d})"]))
 
     def cat_operands(self, stack: bool) -> tuple[list[str], int]:
         """An anchor, a dim and pool tensors (or a fresh input) that fit beside it."""
@@ -331,7 +343,7 @@ class _Builder:
         shape = self.shape_of(x)
         rank = len(shape)
         kind = self.one_of(["reshape", "flatten", "unsqueeze", "squeeze", "transpose", "permute",
-                            "unflatten", "contiguous"])
+                            "unflatten", "contiguous", "expand"])
         if kind == "reshape":
             new = list(shape)
             if rank >= 2 and self.chance(0.5):
@@ -377,6 +389,11 @@ class _Builder:
             self.emit(f"{x}.unflatten({d}, ({k}, {shape[d] // k}))")
         elif kind == "contiguous":
             self.emit(f"{x}.contiguous()")
+        elif kind == "expand":  # size-1 dims (and a new leading one) broadcast: in-place writes to it fail
+            new = [self.draw(st.integers(1, 4)) if n == 1 else -1 for n in shape]
+            if self.chance(0.3):
+                new.insert(0, self.draw(st.integers(1, 3)))
+            self.emit(f"{x}.expand({', '.join(map(str, new))})" if new else f"{x}.expand([])")
 
     def _views(self, x: str, shape: list[int]) -> bool:
         try:
@@ -400,6 +417,20 @@ class _Builder:
         x = x or self.pick(cands)
         form = form or self.one_of(self.UNARY * 3 + self.CASTS)
         return self.emit(form.format(x=x))
+
+    def opaque(self) -> None:
+        """Ops no rule looks inside: reductions, softmax, where, a max with its indices, cumsum."""
+        cands = [n for n in self.ranked() if self.env[n].dtype.is_floating_point]
+        if not cands:
+            return
+        x = self.pick(cands)
+        d = self.dim(self.env[x].dim())
+        form = self.one_of(["{x}.sum({d})", "torch.sum({x}, dim={d}, keepdim=True)", "{x}.mean(-1)",
+                            "torch.softmax({x}, {d})", "F.softmax({x}, dim={d})", "torch.cumsum({x}, {d})",
+                            "torch.where({x} > 0, {x}, {b})", "{x}.max({d})", "{x}.masked_fill({x} < 0, 0.0)",
+                            "{x}.amax({d})", "{x}.clone()"])
+        b = self.operand_for(x) if "{b}" in form else ""
+        self.emit(form.format(x=x, d=d, b=b))
 
     BINARY = ["{a} + {b}", "torch.add({a}, {b})", "torch.add({a}, {b}, alpha=2)", "{a}.sub({b})",
               "{a} - {b}", "{a} * {b}", "torch.mul({a}, {b})", "{a} / {b}", "torch.div({a}, {b})",
@@ -569,7 +600,7 @@ class _Builder:
         self.stack(pieces, self.draw(st.integers(-rank, rank - 1)) if self.chance(0.3) else d)
 
     OPS = ("split", "take", "narrow", "index", "select", "cat", "stack", "whole_tuple", "view",
-           "unary", "binary", "linear", "inplace", "split_map_cat", "cat_then_split",
+           "unary", "binary", "linear", "inplace", "opaque", "split_map_cat", "cat_then_split",
            "sliced_binary", "pieces_linear_cat", "unbind_stack")
 
     def step(self) -> None:
@@ -591,14 +622,14 @@ class _Builder:
 #: How often each op is drawn (relative weights), per program flavour.
 MIXES: dict[str, dict[str, int]] = {
     "general": {"split": 3, "take": 4, "narrow": 2, "index": 3, "select": 1, "cat": 3, "stack": 2,
-                "whole_tuple": 1, "view": 3, "unary": 3, "binary": 3, "linear": 1, "inplace": 1,
+                "whole_tuple": 1, "view": 3, "unary": 3, "binary": 3, "linear": 1, "inplace": 1, "opaque": 1,
                 "split_map_cat": 2, "cat_then_split": 1, "sliced_binary": 1, "pieces_linear_cat": 1,
                 "unbind_stack": 1},
     "split_cat": {"split": 2, "take": 3, "narrow": 1, "index": 1, "cat": 2, "stack": 1,
                   "whole_tuple": 1, "unary": 1, "split_map_cat": 4, "cat_then_split": 3,
                   "sliced_binary": 2, "pieces_linear_cat": 1, "unbind_stack": 2},
     "mutation": {"split": 2, "take": 3, "narrow": 1, "index": 2, "cat": 2, "view": 2, "unary": 2,
-                 "binary": 2, "inplace": 5, "split_map_cat": 2, "cat_then_split": 1},
+                 "binary": 2, "inplace": 5, "opaque": 1, "split_map_cat": 2, "cat_then_split": 1},
 }
 
 

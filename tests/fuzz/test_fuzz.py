@@ -1,28 +1,32 @@
 """Property-based fuzzing: ``optimize`` on random split/cat/view/pointwise/linear programs.
 
-Each drawn program (``programs.py``) is traced to an FX graph, optimized (a fallback is a
-failure: the conftest makes it raise), and run beside the eager program on its example inputs
-and on fresh random ones (``check.py``). Outputs must match in structure, shape, dtype and value;
-inputs written by in-place ops must end up the same; and an output must alias exactly the inputs
-and other outputs it aliases in eager. ``--fuzz-examples N`` (or ``OPTIMUS_EGG_FUZZ_EXAMPLES``) sets the
-number of programs, ``--fuzz-seed S`` draws a different stream than the reproducible default.
+Each drawn program (``programs.py``) is traced to an FX graph (``fx.symbolic_trace``, or Dynamo
+for one flavour), optimized (a fallback is a failure: the conftest makes it raise; so is a
+budget hit), and run beside the eager program on its example inputs and on fresh random ones
+(``check.py``). Outputs must match in structure, shape, dtype and value; inputs written by
+in-place ops must end up the same; and an output must alias exactly the inputs and other outputs
+it aliases in eager. ``--fuzz-examples N`` (or ``OPTIMUS_EGG_FUZZ_EXAMPLES``) sets the number of
+programs over all flavours (default 500); ``--fuzz-seed S`` draws another stream than the
+reproducible default. A failure prints the shrunk program's source: paste it into a named test.
 """
 
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, assume, given, seed, settings
 
-from tests.fuzz.check import check_program
+from tests.fuzz.check import check_program, dynamo_graph
 from tests.fuzz.programs import Program, programs
 
-#: Each flavour's share of the examples.
-SHARES = {"general": 0.6, "split_cat": 0.25, "mutation": 0.15}
+#: Flavour -> (program mix, captured by Dynamo rather than fx.symbolic_trace, share of the examples).
+FLAVOURS = {"general": ("general", False, 0.5), "split_cat": ("split_cat", False, 0.25),
+            "mutation": ("mutation", False, 0.15), "dynamo": ("general", True, 0.1)}
 
 
-@pytest.mark.parametrize("mix", sorted(SHARES))
-def test_optimize_matches_eager_on_random_programs(mix: str, fuzz_examples: int, fuzz_seed: int | None) -> None:
-    examples = max(1, round(fuzz_examples * SHARES[mix]))
+@pytest.mark.parametrize("flavour", sorted(FLAVOURS))
+def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: int, fuzz_seed: int | None) -> None:
+    mix, dynamo, share = FLAVOURS[flavour]
+    examples = max(1, round(fuzz_examples * share))
     checked = 0
 
     @settings(max_examples=examples, database=None, derandomize=fuzz_seed is None, deadline=None,
@@ -31,7 +35,9 @@ def test_optimize_matches_eager_on_random_programs(mix: str, fuzz_examples: int,
     @given(programs(mix))
     def run(program: Program) -> None:
         nonlocal checked
-        check_program(program)
+        graph = dynamo_graph(program) if dynamo else None
+        assume(graph is not None or not dynamo)
+        check_program(program, graph)
         checked += 1
 
     if fuzz_seed is not None:
