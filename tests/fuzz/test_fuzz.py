@@ -18,14 +18,16 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from tests.fuzz.check import check_program, dynamo_graph
 from tests.fuzz.programs import Program, programs
 
-#: Flavour -> (program mix, captured by Dynamo rather than fx.symbolic_trace, share of the examples).
-FLAVOURS = {"general": ("general", False, 0.5), "split_cat": ("split_cat", False, 0.25),
-            "mutation": ("mutation", False, 0.15), "dynamo": ("general", True, 0.1)}
+#: Flavour -> (program mix, captured by Dynamo rather than fx.symbolic_trace, gradients checked,
+#: share of the examples).
+FLAVOURS = {"general": ("general", False, False, 0.45), "split_cat": ("split_cat", False, False, 0.2),
+            "mutation": ("mutation", False, False, 0.15), "dynamo": ("general", True, False, 0.1),
+            "grad": ("split_cat", False, True, 0.1)}
 
 
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
 def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: int, fuzz_seed: int | None) -> None:
-    mix, dynamo, share = FLAVOURS[flavour]
+    mix, dynamo, grad, share = FLAVOURS[flavour]
     examples = max(1, round(fuzz_examples * share))
     checked = 0
 
@@ -37,7 +39,7 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
         nonlocal checked
         graph = dynamo_graph(program) if dynamo else None
         assume(graph is not None or not dynamo)
-        check_program(program, graph)
+        check_program(program, graph, grad)
         checked += 1
 
     if fuzz_seed is not None:
