@@ -1,11 +1,18 @@
 """Split/cat identities. Pieces of a split are ``Sl`` views, so these are facts about slices.
 
 ``cat(split(x, sizes, d), d) → x`` is two rules: adjacent slices merge, a full slice is ``x``.
+A split of a cat is read off the list as written (relations, no new terms); unbind/stack and
+reshapes are the ``Flat``/``Unflat`` views, which commute with slicing.
 """
 
 from optimus_egg.rewrites import Derive, Rule
 
-DECLARATIONS = "(constructor app (TList TList) TList) (relation adjacent (T T T i64 i64 i64)) (relation list-cell (TList T TList i64)) (relation slice-in (T TList i64 i64 i64))"
+DECLARATIONS = """
+(constructor app (TList TList) TList)
+(relation adjacent (T T T i64 i64 i64))
+(relation list-cell (TList T TList i64))
+(relation slice-in (T TList i64 i64 i64))
+"""
 
 RULES = [
     # adjacent p q x d s n: slices p, q of x are neighbours along d and together [s, s+n). Found
