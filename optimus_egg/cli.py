@@ -97,11 +97,16 @@ def demo(args: argparse.Namespace) -> int:
 def rules(args: argparse.Namespace) -> int:
     from optimus_egg.rewrites import Rule, all_family_names, family
 
-    for name in ["analysis", *all_family_names()]:
-        for r in family(name).rules:
+    for name in ["analysis", *all_family_names(), *args.families]:
+        try:
+            rules = family(name).rules
+        except (ValueError, ImportError) as exc:
+            print(f"optimus-egg rules: {exc}", file=sys.stderr)
+            return 2
+        for r in rules:
             shape = f"{r.lhs} → {r.rhs}" if isinstance(r, Rule) else f"{' '.join(r.query)} ⇒ {' '.join(r.actions)}"
             when = f"  if {' '.join(r.when)}" if isinstance(r, Rule) and r.when else ""
-            print(f"{r.name:24} {name:10} {r.covers:34} {shape}{when}")
+            print(f"{r.name:24} {name:10} {r.stage:8} {r.covers:34} {shape}{when}")
     return 0
 
 
@@ -120,7 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands: dict[str, Callable[[argparse.Namespace], int]] = {"demo": demo, "rules": rules,
                                                                 "explain": explain.main}
     sub.add_parser("demo", help="optimize the shipped recommendation model and compare with inductor")
-    sub.add_parser("rules", help="list every rule: name, family, Optimus pass covered, before → after")
+    sub.add_parser("rules", help="list every rule: name, family, stage, Optimus pass covered, before → after"
+                   ).add_argument("families", nargs="*", metavar="MODULE",
+                                  help="also list your own rule modules (import path or .py file)")
     explain.configure(sub.add_parser("explain", help="what the optimizer does to your model: kernels, "
                                       "rules, e-graph, rewritten regions before → after"))
     from optimus_egg.bench import harness
