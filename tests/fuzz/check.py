@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from optimus_egg import optimize
+from optimus_egg.optable import static_int, val
 from optimus_egg.pipeline import capture
 from tests.fuzz.programs import Program
 
@@ -33,12 +35,35 @@ def aliases(outputs: list[Any], inputs: list[torch.Tensor]) -> list[set[tuple[st
             for i, k in enumerate(keys)]
 
 
-def dynamo_graph(program: Program) -> torch.fx.GraphModule | None:
-    """The program as Dynamo captures it (None: Dynamo does not export it as one graph)."""
+def dynamo_graph(program: Program, dynamic: bool = False) -> torch.fx.GraphModule | None:
+    """The program as Dynamo captures it, with static shapes or with every size it does not
+    specialize symbolic (None: Dynamo does not export it as one graph)."""
     try:
+        if dynamic:
+            return torch._dynamo.export(program.module(), assume_static_by_default=False)(*program.inputs)[0]
         return capture(program.module(), program.inputs)
     except Exception:  # noqa: BLE001 - Dynamo's limits, not the optimizer's
         return None
+
+
+def resized_inputs(graph: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...], seed: int
+                   ) -> tuple[torch.Tensor, ...] | None:
+    """Fresh inputs in which every symbolic size of ``graph`` takes a new value (None: none is)."""
+    rng = random.Random(seed)
+    placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
+    sizes: dict[Any, int] = {}
+    out = []
+    for node, t in zip(placeholders, inputs):
+        shape = []
+        for s in val(node).shape:
+            if static_int(s) is not None:
+                shape.append(static_int(s))
+            elif s.node.expr.is_Symbol:
+                shape.append(sizes.setdefault(s.node.expr, rng.randint(2, 12)))
+            else:
+                return None
+        out.append(torch.randn(shape).to(t.dtype))
+    return tuple(out) if sizes else None
 
 
 def check_program(program: Program, graph: torch.fx.GraphModule | None = None, grad: bool = False
@@ -47,35 +72,55 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     so does a budget hit), then compare it with the eager program on the example inputs and
     fresh ones: outputs (structure, shape, dtype, values), the inputs after the call (in-place
     writes), which inputs and outputs each output aliases, and with ``grad`` the inputs'
-    gradients of a random weighted sum of the outputs."""
+    gradients of a random weighted sum of the outputs. A graph with symbolic sizes is also run
+    on inputs of other sizes (where the unoptimized graph still computes what eager does)."""
     model = program.module()
+    graph = program.graph_module() if graph is None else graph
     try:
-        gm, report = optimize(program.graph_module() if graph is None else graph, program.inputs)
+        gm, report = optimize(graph, program.inputs)
     except Exception as exc:  # noqa: BLE001 - report it with the program that caused it
         raise AssertionError(f"optimize fell back on a valid program: {type(exc).__name__}: {exc}") from exc
     assert report.fallback is None, report.fallback
     # A program this small saturates in milliseconds: a budget hit is a rule set that blows up.
     assert report.stop_reason == "saturated", report.summary()
-    params_eager = [b for _, b in sorted(model.named_buffers())]
-    params_opt = [b for _, b in sorted(gm.named_buffers())]
+    params = [b for _, b in sorted(model.named_buffers())], [b for _, b in sorted(gm.named_buffers())]
     for trial in range(TRIALS):
         args = program.inputs if trial == 0 else tuple(_fresh(t) for t in program.inputs)
-        eager_args = [t.clone().requires_grad_(grad) for t in args]
-        opt_args = [t.clone().requires_grad_(grad) for t in args]
-        expected, got = model(*eager_args), gm(*opt_args)
-        leaves_e, spec_e = pytree.tree_flatten(expected)
-        leaves_g, spec_g = pytree.tree_flatten(got)
-        assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
-        for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
-            torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
-        for i, (e, g) in enumerate(zip(eager_args, opt_args)):
-            torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"input {i} after the call: {m}")
-        alias_e = aliases(leaves_e, eager_args + params_eager)
-        alias_g = aliases(leaves_g, opt_args + params_opt)
-        assert alias_g == alias_e, f"aliasing per output: optimized {alias_g}, eager {alias_e}"
-        if grad:
-            _check_grads(leaves_e, eager_args, leaves_g, opt_args)
+        _compare(model, gm, args, params, grad)
+    resized = resized_inputs(graph, program.inputs, len(program.source))
+    if resized is not None and _runs_like_eager(model, graph, resized):
+        _compare(model, gm, resized, params, grad)
     return gm
+
+
+def _runs_like_eager(model: torch.nn.Module, graph: torch.fx.GraphModule, args: tuple[torch.Tensor, ...]) -> bool:
+    """Does the unoptimized graph still compute what eager does on these inputs (its guards)?"""
+    try:
+        expected = model(*[t.clone() for t in args])
+        got = graph(*[t.clone() for t in args])
+        torch.testing.assert_close(got, expected, equal_nan=True)
+    except Exception:  # noqa: BLE001 - outside the graph's guards: nothing to compare
+        return False
+    return True
+
+
+def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch.Tensor, ...],
+             params: tuple[list[torch.Tensor], list[torch.Tensor]], grad: bool) -> None:
+    eager_args = [t.clone().requires_grad_(grad) for t in args]
+    opt_args = [t.clone().requires_grad_(grad) for t in args]
+    expected, got = model(*eager_args), gm(*opt_args)
+    leaves_e, spec_e = pytree.tree_flatten(expected)
+    leaves_g, spec_g = pytree.tree_flatten(got)
+    assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
+    for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
+        torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
+    for i, (e, g) in enumerate(zip(eager_args, opt_args)):
+        torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"input {i} after the call: {m}")
+    alias_e = aliases(leaves_e, eager_args + params[0])
+    alias_g = aliases(leaves_g, opt_args + params[1])
+    assert alias_g == alias_e, f"aliasing per output: optimized {alias_g}, eager {alias_e}"
+    if grad:
+        _check_grads(leaves_e, eager_args, leaves_g, opt_args)
 
 
 def _check_grads(leaves_e: list[Any], args_e: list[torch.Tensor], leaves_g: list[Any], args_g: list[torch.Tensor]

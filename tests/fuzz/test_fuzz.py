@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, assume, given, seed, settings
 from tests.fuzz.check import check_program, dynamo_graph
 from tests.fuzz.programs import Program, programs
 
-#: Flavour -> (program mix, captured by Dynamo rather than fx.symbolic_trace, gradients checked,
-#: share of the examples).
-FLAVOURS = {"general": ("general", False, False, 0.45), "split_cat": ("split_cat", False, False, 0.2),
-            "mutation": ("mutation", False, False, 0.15), "dynamo": ("general", True, False, 0.1),
-            "grad": ("split_cat", False, True, 0.1)}
+#: Flavour -> (program mix, capture: fx.symbolic_trace (None) or Dynamo with static or dynamic
+#: shapes, gradients checked, share of the examples).
+FLAVOURS = {"general": ("general", None, False, 0.4), "split_cat": ("split_cat", None, False, 0.2),
+            "mutation": ("mutation", None, False, 0.15), "dynamo": ("general", "static", False, 0.1),
+            "dynamic": ("split_cat", "dynamic", False, 0.05), "grad": ("split_cat", None, True, 0.1)}
 
 
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
@@ -37,7 +37,7 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
     @given(programs(mix))
     def run(program: Program) -> None:
         nonlocal checked
-        graph = dynamo_graph(program) if dynamo else None
+        graph = dynamo_graph(program, dynamo == "dynamic") if dynamo else None
         assume(graph is not None or not dynamo)
         check_program(program, graph, grad)
         checked += 1
