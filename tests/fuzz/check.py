@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import torch
@@ -16,8 +15,8 @@ from tests.fuzz.programs import Program
 TRIALS = 3  # the example inputs, then fresh random ones
 
 
-def _fresh(t: torch.Tensor) -> torch.Tensor:
-    return torch.randn(t.shape).to(t.dtype)
+def _fresh(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    return torch.randn(t.shape, generator=gen).to(t.dtype)
 
 
 def aliases(outputs: list[Any], inputs: list[torch.Tensor]) -> list[set[tuple[str, int]]]:
@@ -46,10 +45,9 @@ def dynamo_graph(program: Program, dynamic: bool = False) -> torch.fx.GraphModul
         return None
 
 
-def resized_inputs(graph: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...], seed: int
+def resized_inputs(graph: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...], gen: torch.Generator
                    ) -> tuple[torch.Tensor, ...] | None:
     """Fresh inputs in which every symbolic size of ``graph`` takes a new value (None: none is)."""
-    rng = random.Random(seed)
     placeholders = [n for n in graph.graph.nodes if n.op == "placeholder"]
     sizes: dict[Any, int] = {}
     out = []
@@ -59,10 +57,12 @@ def resized_inputs(graph: torch.fx.GraphModule, inputs: tuple[torch.Tensor, ...]
             if static_int(s) is not None:
                 shape.append(static_int(s))
             elif s.node.expr.is_Symbol:
-                shape.append(sizes.setdefault(s.node.expr, rng.randint(2, 12)))
+                if s.node.expr not in sizes:
+                    sizes[s.node.expr] = int(torch.randint(2, 13, (), generator=gen))
+                shape.append(sizes[s.node.expr])
             else:
                 return None
-        out.append(torch.randn(shape).to(t.dtype))
+        out.append(torch.randn(shape, generator=gen).to(t.dtype))
     return tuple(out) if sizes else None
 
 
@@ -84,10 +84,11 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     # A program this small saturates in milliseconds: a budget hit is a rule set that blows up.
     assert report.stop_reason == "saturated", report.summary()
     params = [b for _, b in sorted(model.named_buffers())], [b for _, b in sorted(gm.named_buffers())]
+    gen = torch.Generator().manual_seed(len(program.source))
     for trial in range(TRIALS):
-        args = program.inputs if trial == 0 else tuple(_fresh(t) for t in program.inputs)
+        args = program.inputs if trial == 0 else tuple(_fresh(t, gen) for t in program.inputs)
         _compare(model, gm, args, params, grad)
-    resized = resized_inputs(graph, program.inputs, len(program.source))
+    resized = resized_inputs(graph, program.inputs, gen)
     if resized is not None and _runs_like_eager(model, graph, resized):
         _compare(model, gm, resized, params, grad)
     return gm
@@ -96,19 +97,25 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
 def _runs_like_eager(model: torch.nn.Module, graph: torch.fx.GraphModule, args: tuple[torch.Tensor, ...]) -> bool:
     """Does the unoptimized graph still compute what eager does on these inputs (its guards)?"""
     try:
-        expected = model(*[t.clone() for t in args])
-        got = graph(*[t.clone() for t in args])
+        expected = _seeded(model, [t.clone() for t in args])
+        got = _seeded(graph, [t.clone() for t in args])
         torch.testing.assert_close(got, expected, equal_nan=True)
     except Exception:  # noqa: BLE001 - outside the graph's guards: nothing to compare
         return False
     return True
 
 
+def _seeded(fn: torch.nn.Module, args: list[torch.Tensor]) -> Any:
+    """Run with the same random stream every time: random ops must keep their order."""
+    torch.manual_seed(0)
+    return fn(*args)
+
+
 def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch.Tensor, ...],
              params: tuple[list[torch.Tensor], list[torch.Tensor]], grad: bool) -> None:
-    eager_args = [t.clone().requires_grad_(grad) for t in args]
-    opt_args = [t.clone().requires_grad_(grad) for t in args]
-    expected, got = model(*eager_args), gm(*opt_args)
+    eager_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
+    opt_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
+    expected, got = _seeded(model, eager_args), _seeded(gm, opt_args)
     leaves_e, spec_e = pytree.tree_flatten(expected)
     leaves_g, spec_g = pytree.tree_flatten(got)
     assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"

@@ -104,7 +104,7 @@ class _Builder:
         return torch.randn(shape, generator=self.gen).to(dtype)
 
     def new_input(self, shape: list[int], dtype: torch.dtype | None = None) -> str:
-        dtype = dtype or self.one_of([torch.float32] * 8 + [torch.float64, torch.float16])
+        dtype = dtype or self.one_of([torch.float32] * 8 + [torch.float64, torch.float16, torch.bfloat16, torch.int64])
         name = f"x{len(self.input_names)}"
         value = self.value(shape, dtype)
         self.input_names.append(name)
@@ -504,11 +504,21 @@ class _Builder:
             n = self.env[x].shape[0]
             start = self.draw(st.integers(0, n))
             index = f"(slice({start}, {self.draw(st.integers(start, n))}),)"
-            self.statement(f"setitem({x}, {index}, {self.one_of(['0.0', '1.5'])})")
+            value = self.operand_for(x) if self.chance(0.3) else self.one_of(["0.0", "1.5"])
+            self.statement(f"setitem({x}, {index}, {value})")
             return
         form = self.one_of(self.INPLACE)
         b = self.operand_for(x) if "{b}" in form else ""
         self.emit(form.format(x=x, b=b))
+
+    def random(self) -> None:
+        """Random draws: kept in program order, so a fixed seed gives the same values."""
+        cands = self.float_tensors()
+        if not cands:
+            return
+        x = self.pick(cands)
+        self.emit(self.one_of(["F.dropout({x}, 0.3)", "F.dropout({x}, p=0.5, training=True)", "torch.rand_like({x})",
+                               "{x} + torch.randn_like({x})", "torch.bernoulli(torch.sigmoid({x}))"]).format(x=x))
 
     # -- motifs: the patterns the rules look for, drawn often enough to matter -----------------
 
@@ -600,7 +610,7 @@ class _Builder:
         self.stack(pieces, self.draw(st.integers(-rank, rank - 1)) if self.chance(0.3) else d)
 
     OPS = ("split", "take", "narrow", "index", "select", "cat", "stack", "whole_tuple", "view",
-           "unary", "binary", "linear", "inplace", "opaque", "split_map_cat", "cat_then_split",
+           "unary", "binary", "linear", "inplace", "opaque", "random", "split_map_cat", "cat_then_split",
            "sliced_binary", "pieces_linear_cat", "unbind_stack")
 
     def step(self) -> None:
@@ -629,7 +639,7 @@ MIXES: dict[str, dict[str, int]] = {
                   "whole_tuple": 1, "unary": 1, "split_map_cat": 4, "cat_then_split": 3,
                   "sliced_binary": 2, "pieces_linear_cat": 1, "unbind_stack": 2},
     "mutation": {"split": 2, "take": 3, "narrow": 1, "index": 2, "cat": 2, "view": 2, "unary": 2,
-                 "binary": 2, "inplace": 5, "opaque": 1, "split_map_cat": 2, "cat_then_split": 1},
+                 "binary": 2, "inplace": 5, "opaque": 1, "random": 1, "split_map_cat": 2, "cat_then_split": 1},
 }
 
 
