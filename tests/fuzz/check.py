@@ -117,6 +117,25 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     return gm
 
 
+def check_compiled(program: Program) -> None:
+    """``torch.compile(backend="optimus_egg")`` (Dynamo, the optimizer, AOTAutograd, Inductor)
+    against eager: outputs and in-place writes to the inputs, within Inductor's own rounding
+    (it computes half precision in float32 and fuses)."""
+    model = program.module()
+    compiled = torch.compile(model, backend="optimus_egg", fullgraph=True)
+    gen = torch.Generator().manual_seed(len(program.source))
+    for args in (program.inputs, tuple(_fresh(t, gen) for t in program.inputs)):
+        eager_args, compiled_args = [t.clone() for t in args], [t.clone() for t in args]
+        expected, got = _seeded(model, eager_args), _seeded(compiled, compiled_args)
+        leaves_e, spec_e = pytree.tree_flatten(expected)
+        leaves_g, spec_g = pytree.tree_flatten(got)
+        assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
+        for i, (e, g) in enumerate([*zip(leaves_e, leaves_g), *zip(eager_args, compiled_args)]):
+            tol = 1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-4
+            torch.testing.assert_close(g, e, equal_nan=True, rtol=tol, atol=tol,
+                                       msg=lambda m, i=i: f"output or input {i}: {m}")
+
+
 def _within_guards(graph: torch.fx.GraphModule, args: tuple[torch.Tensor, ...]) -> bool:
     """Do these inputs satisfy the guards Dynamo put on the graph's symbolic sizes?"""
     fakes = [val(n) for n in graph.graph.nodes if n.op == "placeholder"]

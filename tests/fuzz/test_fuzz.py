@@ -15,14 +15,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, given, seed, settings
 
-from tests.fuzz.check import check_program, dynamo_graph
+from tests.fuzz.check import check_compiled, check_program, dynamo_graph
 from tests.fuzz.programs import Program, programs
 
-#: Flavour -> (program mix, capture: fx.symbolic_trace (None) or Dynamo with static or dynamic
-#: shapes, gradients checked, share of the examples).
+#: Flavour -> (program mix, capture: fx.symbolic_trace (None), Dynamo with static or dynamic
+#: shapes, or the whole torch.compile backend; gradients checked; share of the examples).
 FLAVOURS = {"general": ("general", None, False, 0.4), "split_cat": ("split_cat", None, False, 0.2),
-            "mutation": ("mutation", None, False, 0.15), "dynamo": ("general", "static", False, 0.1),
-            "dynamic": ("split_cat", "dynamic", False, 0.05), "grad": ("split_cat", None, True, 0.1)}
+            "mutation": ("mutation", None, False, 0.13), "dynamo": ("general", "static", False, 0.1),
+            "dynamic": ("split_cat", "dynamic", False, 0.05), "grad": ("split_cat", None, True, 0.1),
+            "backend": ("split_cat", "compile", False, 0.02)}
 
 
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
@@ -37,9 +38,12 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
     @given(programs(mix))
     def run(program: Program) -> None:
         nonlocal checked
-        graph = dynamo_graph(program, dynamo == "dynamic") if dynamo else None
-        assume(graph is not None or not dynamo)
-        check_program(program, graph, grad)
+        if dynamo == "compile":
+            check_compiled(program)
+        else:
+            graph = dynamo_graph(program, dynamo == "dynamic") if dynamo else None
+            assume(graph is not None or not dynamo)
+            check_program(program, graph, grad)
         checked += 1
 
     if fuzz_seed is not None:
