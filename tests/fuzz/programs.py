@@ -597,6 +597,23 @@ class _Builder:
         weight = self.param([self.draw(st.integers(1, 8)), self.env[x].shape[-1]], self.env[x].dtype)
         self.cat([self.linear(p, weight) for p in pieces], d)
 
+    def parallel_linears(self) -> None:
+        """Linears with their own weights on one input (horizontal fusion: one linear on the
+        concatenated weights), their outputs glued together or returned apart."""
+        cands = [n for n in self.ranked() if self.env[n].dtype in (torch.float32, torch.float64)]
+        if not cands:
+            return
+        x = self.pick(cands)
+        t = self.env[x]
+        bias = self.chance(0.7)
+        outs = []
+        for _ in range(self.draw(st.integers(2, 6))):
+            weight = self.param([self.draw(st.integers(1, 6)), t.shape[-1]], t.dtype)
+            b = f", {self.param([self.env_param(weight).shape[0]], t.dtype)}" if bias else ""
+            outs.append(self.emit(f"F.linear({x}, {weight}{b})"))
+        if self.chance(0.6):
+            self.cat(outs, -1)
+
     def unbind_stack(self) -> None:
         cands = self.ranked()
         if not cands:
@@ -611,7 +628,7 @@ class _Builder:
 
     OPS = ("split", "take", "narrow", "index", "select", "cat", "stack", "whole_tuple", "view",
            "unary", "binary", "linear", "inplace", "opaque", "random", "split_map_cat", "cat_then_split",
-           "sliced_binary", "pieces_linear_cat", "unbind_stack")
+           "sliced_binary", "pieces_linear_cat", "parallel_linears", "unbind_stack")
 
     def step(self) -> None:
         weighted = [op for op in self.OPS for _ in range(self.mix.get(op, 0))]
@@ -634,10 +651,10 @@ MIXES: dict[str, dict[str, int]] = {
     "general": {"split": 3, "take": 4, "narrow": 2, "index": 3, "select": 1, "cat": 3, "stack": 2,
                 "whole_tuple": 1, "view": 3, "unary": 3, "binary": 3, "linear": 1, "inplace": 1, "opaque": 1,
                 "split_map_cat": 2, "cat_then_split": 1, "sliced_binary": 1, "pieces_linear_cat": 1,
-                "unbind_stack": 1},
+                "parallel_linears": 1, "unbind_stack": 1},
     "split_cat": {"split": 2, "take": 3, "narrow": 1, "index": 1, "cat": 2, "stack": 1,
                   "whole_tuple": 1, "unary": 1, "split_map_cat": 4, "cat_then_split": 3,
-                  "sliced_binary": 2, "pieces_linear_cat": 1, "unbind_stack": 2},
+                  "sliced_binary": 2, "pieces_linear_cat": 1, "parallel_linears": 1, "unbind_stack": 2},
     "mutation": {"split": 2, "take": 3, "narrow": 1, "index": 2, "cat": 2, "view": 2, "unary": 2,
                  "binary": 2, "inplace": 5, "opaque": 1, "random": 1, "split_map_cat": 2, "cat_then_split": 1},
 }
