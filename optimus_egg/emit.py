@@ -31,10 +31,12 @@ class Emitter:
         self.graph = fx.Graph()
         self.graph._codegen = copy.copy(gm.graph._codegen)
         self.done: dict[int, fx.Node] = {}
+        self._original: dict[int, int] = {}  # classes the extraction left out: their original e-node
         self._forms: dict[int, tuple[str, list[int], tuple[Any, ...]]] = {}
 
     def node_of(self, cls: int) -> Any:
-        return self.eg.nodes[self.ex.choice[cls]]
+        choice = self.ex.choice.get(cls)
+        return self.eg.nodes[self._original[cls] if choice is None else choice]
 
     def list_items(self, cls: int) -> tuple[list[int], int]:
         items, dim = [], -1
@@ -129,15 +131,18 @@ class Emitter:
         return new_gm
 
     def keep_aliasing(self, leaves: list[Any], classes: dict[optable.Term, int]) -> list[Any]:
-        """Outputs alias the inputs and each other exactly as the original outputs did.
+        """Outputs alias the inputs and each other exactly as the original outputs did, and
+        require grad exactly when they did.
 
         A rewrite can turn a fresh output into a view of an input (``cat(split(x)) → x``), make
         outputs that were distinct tensors share one, or split outputs that shared one tensor
-        (``v`` and ``v[0]`` returned together, one of them simplified). Outputs are grouped by the
-        storage they shared originally; a group that no longer has a storage of its own (the
-        input it aliased, or a fresh one no other group has) is re-derived: the original view
-        chains from the group's base, re-applied to the base's new value (a copy of it if that is
-        taken), so the group aliases exactly what it aliased before."""
+        (``v`` and ``v[0]`` returned together, one of them simplified). It can also pick a piece
+        of a cat that does not require grad where the cat, and so its slice, did. Outputs are
+        grouped by the storage they shared originally; a group that no longer has a storage of
+        its own (the input it aliased, or a fresh one no other group has), or whose grad flags
+        changed, is re-derived: the original view chains from the group's base, re-applied to the
+        base's new value (a copy of it if that is taken), so the group aliases exactly what it
+        aliased before. What cannot be re-derived that way raises (the graph is left as it was)."""
         old_leaves = pytree.tree_leaves(next(iter(self.gm.graph.find_nodes(op="output"))).args[0])
         inputs = {storage_key(val(n)) for n in self.tr.inputs} - {None}  # the new placeholders share these
         groups: dict[Any, list[int]] = {}
@@ -150,7 +155,8 @@ class Emitter:
         for was, members in groups.items():
             now = {_storage(val(leaves[i])) for i in members}
             k = now.pop() if len(now) == 1 else None
-            if k is not None and (k == was if was in inputs else k not in inputs and k not in claimed):
+            same_grad = all(_grad(val(old_leaves[i])) == _grad(val(leaves[i])) for i in members)
+            if same_grad and k is not None and (k == was if was in inputs else k not in inputs and k not in claimed):
                 claimed.add(k)
             else:
                 broken.append((was, members))
@@ -170,17 +176,40 @@ class Emitter:
             copies = {old_base: base}
             for i in members:
                 out[i] = self._copy_view_chain(old_leaves[i], was, copies, classes)
+                if _grad(val(out[i])) != _grad(val(old_leaves[i])):
+                    raise RuntimeError(f"output {old_leaves[i].name} would change whether it requires grad")
         _erase_unused_views(self.graph, [old for old, new in zip(leaves, out) if old is not new], out)
         return out
 
     def value_of(self, old: fx.Node, classes: dict[optable.Term, int]) -> fx.Node:
-        """The new node that computes what ``old`` computed (its e-class, emitted if need be)."""
-        cls = classes.get(self.tr.terms.get(old), -1)
-        if cls not in self.done and cls not in self.ex.choice:
-            raise RuntimeError(f"cannot keep output aliasing: {old.name} was not extracted")
-        node = self.emit_class(cls)
+        """The new node that computes what ``old`` computed: its e-class, emitted if need be, as
+        the original term wherever the extraction left a class out."""
+        term = self.tr.terms.get(old)
+        if term is None or term not in classes:
+            raise RuntimeError(f"cannot re-derive an output: {old.name} has no e-class")
+        self._choose_originals(term, classes)
+        node = self.emit_class(classes[term])
         _propagate_meta(self.graph, self.gm)
         return node
+
+    def _choose_originals(self, term: optable.Term, classes: dict[optable.Term, int]) -> None:
+        """Every class below ``term`` that the extraction did not choose gets the e-node of the
+        original term: nothing chosen reads such a class, so this stays acyclic."""
+        stack = [term]
+        while stack:
+            t = stack.pop()
+            cls = classes.get(t)
+            if cls is None:
+                raise RuntimeError(f"cannot re-derive an output: {t.op} term has no e-class")
+            if cls in self.ex.choice or cls in self._original:
+                continue
+            kids = tuple(classes.get(a, -1) if isinstance(a, optable.Term) else a for a in t.args)
+            node = next((i for i in self.eg.classes[cls]
+                         if self.eg.nodes[i].op == t.op and self.eg.nodes[i].children == kids), None)
+            if node is None:
+                raise RuntimeError(f"cannot re-derive an output: the original {t.op} e-node is gone")
+            self._original[cls] = node
+            stack.extend(a for a in t.args if isinstance(a, optable.Term))
 
     def _copy_view_chain(self, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],
                          classes: dict[optable.Term, int]) -> fx.Node:
@@ -241,6 +270,13 @@ def _storage(v: Any) -> Any:
         keys = {storage_key(t) for t in v}
         return keys.pop() if len(keys) == 1 else None
     return None
+
+
+def _grad(v: Any) -> Any:
+    """Whether a tensor, or each tensor of a tuple, requires grad."""
+    if isinstance(v, torch.Tensor):
+        return v.requires_grad
+    return tuple(_grad(t) for t in v) if isinstance(v, (tuple, list)) else None
 
 
 def _sources(node: fx.Node, key: Any) -> list[fx.Node]:

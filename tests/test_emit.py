@@ -1,4 +1,4 @@
-"""The emitter: outputs keep their aliasing, every new node gets a fake value.
+"""The emitter: outputs keep their aliasing and grad flags, every new node gets a fake value.
 
 Regressions found by the fuzzer (tests/fuzz)."""
 
@@ -7,6 +7,7 @@ import torch
 from optimus_egg import optimize
 from tests.fuzz.check import check_program
 from tests.fuzz.programs import Program
+from tests.helpers import Fn
 
 
 def _storages(out):
@@ -69,3 +70,19 @@ def test_leaf_module_calls_of_a_traced_graph_get_fake_values():
     new, report = optimize(gm, (x,))
     assert report.fallback is None
     torch.testing.assert_close(new(x), model(x))
+
+
+def test_piece_of_a_cat_that_requires_grad_still_requires_grad():
+    # Found by the fuzzer: split(cat([b, d]))[-1] became d, which was detached, so the output
+    # no longer required grad (backward through it raised). It is re-derived from the cat.
+    def fn(a, b):
+        return torch.split(torch.cat([b, a.relu().detach()], 0), 1, 0)[-1]
+
+    a, b = torch.randn(1, 3, requires_grad=True), torch.randn(1, 3, requires_grad=True)
+    gm, report = optimize(Fn(fn), (a, b))
+    assert report.fallback is None
+    out = gm(a, b)
+    assert out.requires_grad
+    torch.testing.assert_close(out, fn(a, b))
+    out.sum().backward()
+    assert not b.grad.any()  # as in eager: the cat gives b a zero gradient

@@ -20,9 +20,9 @@ from tests.fuzz.programs import Program, programs
 
 #: Flavour -> (program mix, capture: fx.symbolic_trace (None), Dynamo with static or dynamic
 #: shapes, or the whole torch.compile backend; gradients checked; share of the examples).
-FLAVOURS = {"general": ("general", None, False, 0.4), "split_cat": ("split_cat", None, False, 0.2),
+FLAVOURS = {"general": ("general", None, False, 0.42), "split_cat": ("split_cat", None, False, 0.2),
             "mutation": ("mutation", None, False, 0.13), "dynamo": ("general", "static", False, 0.1),
-            "dynamic": ("split_cat", "dynamic", False, 0.05), "grad": ("split_cat", None, True, 0.1),
+            "dynamic": ("split_cat", "dynamic", False, 0.03), "grad": ("split_cat", "static", True, 0.1),
             "backend": ("split_cat", "compile", False, 0.02)}
 
 
@@ -41,7 +41,7 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
         if dynamo == "compile":
             check_compiled(program)
         else:
-            graph = dynamo_graph(program, dynamo == "dynamic") if dynamo else None
+            graph = dynamo_graph(program, dynamo == "dynamic", grad) if dynamo else None
             assume(graph is not None or not dynamo)
             check_program(program, graph, grad)
         checked += 1
