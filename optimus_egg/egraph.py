@@ -36,18 +36,25 @@ def _loaders() -> dict[str, str]:
         term = f"({op} {args})" if args else f"({op})"
         out[f"{op}-row"] = (f"(relation {op}-row (i64 {cols}))\n"
                             f"(rule (({op}-row i {' '.join(vars_)})) ((union ({ref} i) {term})) :ruleset {_LOAD})")
-    out["size-row"] = ("(relation size-row (i64 i64 i64))\n"
-                       f"(rule ((size-row i d n)) ((set (size (Ref i) d) n)) :ruleset {_LOAD})")
-    out["rank-row"] = ("(relation rank-row (i64 i64))\n"
-                       f"(rule ((rank-row i r)) ((set (rank (Ref i)) r)) :ruleset {_LOAD})")
-    out["pos-row"] = ("(relation pos-row (i64))\n"
-                      f"(rule ((pos-row i)) ((set (pos (Ref i)) i)) :ruleset {_LOAD})")
-    out["dtype-row"] = ("(relation dtype-row (i64 String))\n"
-                        f"(rule ((dtype-row i k)) ((set (dtype (Ref i)) k)) :ruleset {_LOAD})")
+    for fact, (cols, action) in _FACTS.items():
+        vars_ = " ".join(f"a{k}" for k in range(len(cols.split())))
+        out[f"{fact}-row"] = (f"(relation {fact}-row (i64 {cols}))\n"
+                              f"(rule (({fact}-row i {vars_})) ({action}) :ruleset {_LOAD})")
     return out
 
 
+#: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
+_FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"), "rank": ("i64", "(set (rank (Ref i)) a0)"),
+          "pos": ("", "(set (pos (Ref i)) i)"), "dtype": ("String", "(set (dtype (Ref i)) a0)")}
+
+
 _LOADERS = _loaders()
+
+
+def _count(report: Any, matches: dict[str, int]) -> None:
+    """Add an egglog run report's matches per rule to ``matches``."""
+    for rule, n in report.num_matches_per_rule.items():
+        matches[rule] = matches.get(rule, 0) + n
 
 
 def _field(value: Any) -> str:
@@ -137,9 +144,7 @@ class EGraph:
                     inputs.append(f'(input {name} "{path}")')
             self._run(*inputs, f"(run {_LOAD} 1)")
         self._check_rows()
-        report = self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report
-        for rule, n in report.num_matches_per_rule.items():
-            self._seed_matches[rule] = self._seed_matches.get(rule, 0) + n
+        _count(self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report, self._seed_matches)
         return self._ids
 
     def _number(self, root: Term, tables: dict[str, list[str]]) -> int:
@@ -206,8 +211,7 @@ class EGraph:
         """Settle the facts, run ``ruleset`` once; whether anything changed."""
         report = self._run(f"(run-schedule (seq (saturate (run {_ANALYSIS})) (run {ruleset})))")[0].report
         stats.iterations += 1
-        for rule, n in report.num_matches_per_rule.items():
-            stats.rule_matches[rule] = stats.rule_matches.get(rule, 0) + n
+        _count(report, stats.rule_matches)
         return report.updated
 
     def freeze(self) -> Frozen:
