@@ -197,7 +197,8 @@ def eager_equivalent(backend: Backend, model: torch.nn.Module, inputs: Sequence[
     if backend.compiler is None:
         return eager_launches(make_step(model, model, inputs, train))
     gm, example_inputs = dynamo_graph(model, inputs, train)
-    graph = backend.handed_to_inductor(gm, example_inputs)
+    with torch.set_grad_enabled(train):  # the grad mode a backend is called in under torch.compile
+        graph = backend.handed_to_inductor(gm, example_inputs)
     count = eager_launches(make_step(graph, model, example_inputs, train))
     model.zero_grad(set_to_none=True)
     return count

@@ -57,6 +57,18 @@ def test_rewriting_columns_hand_inductor_fewer_eager_launches(train):
     assert counts["optimus_egg"] < counts["inductor+optimus"]
 
 
+def test_inference_column_optimizes_a_model_with_parameters():
+    """Regression: Dynamo captures inference under no_grad, so the optimizer must run in that
+    mode too; outside it, the outputs of ops on parameters seemed to gain requires_grad and
+    the optimizer fell back (strict mode, set by conftest, turns that into an error)."""
+    lin = torch.nn.Linear(8, 8)
+    model = Fn(lambda x: cruft(torch.sigmoid(lin(x))))
+    model.lin = lin
+    x = torch.randn(4, 8)
+    counts = {b.label: eager_equivalent(b, model, (x,), False) for b in backends(["inductor", "optimus_egg"])}
+    assert counts["optimus_egg"] < counts["inductor"]
+
+
 def test_dynamo_graph_is_what_a_backend_receives():
     gm, example_inputs = dynamo_graph(Fn(cruft), (torch.randn(4, 8),), train=False)
     assert len(example_inputs) == 1
