@@ -61,10 +61,15 @@ def test_inference_column_optimizes_a_model_with_parameters():
     """Regression: Dynamo captures inference under no_grad, so the optimizer must run in that
     mode too; outside it, the outputs of ops on parameters seemed to gain requires_grad and
     the optimizer fell back (strict mode, set by conftest, turns that into an error)."""
-    lin = torch.nn.Linear(8, 8)
-    model = Fn(lambda x: cruft(torch.sigmoid(lin(x))))
-    model.lin = lin
-    x = torch.randn(4, 8)
+    class Head(torch.nn.Module):  # its own forward: Fn's Dynamo cache entries are the other tests'
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return cruft(torch.sigmoid(self.lin(x)))
+
+    model, x = Head(), torch.randn(4, 8)
     counts = {b.label: eager_equivalent(b, model, (x,), False) for b in backends(["inductor", "optimus_egg"])}
     assert counts["optimus_egg"] < counts["inductor"]
 
