@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import operator
 import os
 import time
 import warnings
@@ -89,7 +90,8 @@ class Report:
     opaque_nodes: int = 0
     extractor: str = ""
     fallback: str | None = None  # why the graph was left unchanged
-    kept: bool = False  # nothing cheaper was found: the input graph is returned as it was
+    kept: bool = False  # the input graph is returned as it was (kept_reason says why)
+    kept_reason: str = ""
 
     @property
     def total_seconds(self) -> float:
@@ -102,7 +104,7 @@ class Report:
         if self.fallback:
             return f"optimus_egg: left the graph unchanged ({self.fallback})"
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
-        kept = " (nothing cheaper: graph kept as it was)" if self.kept else ""
+        kept = f" ({self.kept_reason or 'nothing cheaper'}: graph kept as it was)" if self.kept else ""
         return (f"optimus_egg: kernels {self.kernels_before:g} → {self.kernels_after:g}{kept}; "
                 f"e-graph {self.enodes} nodes / {self.eclasses} classes after {self.iterations} "
                 f"iterations ({self.stop_reason}); {self.total_seconds * 1e3:.0f} ms; rules: {fired or 'none'}")
@@ -186,6 +188,13 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     emitter.mark_origins(classes)
     _check_outputs(gm, new_gm)
     phase("emit")
+    if _grad_inputs(new_gm) != _grad_inputs(gm):
+        # An input that requires grad and no longer reaches an output (b in cat([a, b])[:, :n])
+        # would get a None gradient where eager autograd gives zeros: no graph emitted here can
+        # give the zeros back without changing values, so the original is kept.
+        report.kept, report.kernels_after = True, report.kernels_before
+        report.kept_reason = "an input would lose its gradient"
+        return gm
     return new_gm
 
 
@@ -229,6 +238,25 @@ _ANALYSIS = {r.name for r in rewrites.family("analysis").rules}
 
 def _is_analysis(rule: str) -> bool:
     return rule in _ANALYSIS or rule.startswith(("unary-list", "binary-list"))
+
+
+def _grad_inputs(gm: fx.GraphModule) -> set[tuple[str, Any]]:
+    """The inputs and attributes (op, target) that reach an output requiring grad through nodes whose
+    values require grad: the inputs autograd gives a gradient (zeros when every path is cut
+    later), where unreached ones get None."""
+    def needs_grad(node: fx.Node) -> bool:
+        value = operator.attrgetter(node.target)(gm) if node.op == "get_attr" else val(node)
+        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in torch.utils._pytree.tree_leaves(value))
+
+    output = next(iter(gm.graph.find_nodes(op="output")))
+    stack = [n for n in output.all_input_nodes if needs_grad(n)]
+    seen = set(stack)
+    while stack:
+        for arg in stack.pop().all_input_nodes:
+            if arg not in seen and needs_grad(arg):
+                seen.add(arg)
+                stack.append(arg)
+    return {(n.op, n.target) for n in seen if n.op in ("placeholder", "get_attr")}
 
 
 def _check_outputs(old: fx.GraphModule, new: fx.GraphModule) -> None:

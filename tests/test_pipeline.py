@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 import optimus_egg
 from optimus_egg import OptimizerFallback, optimize
+from optimus_egg.backend import REPORTS
 from optimus_egg.counting import eager_launches
 from optimus_egg.bench.models import chain
 from optimus_egg.pipeline import Options, capture, optimize_graph
@@ -108,3 +109,29 @@ def test_a_graph_with_nothing_cheaper_is_returned_as_it_was():
     gm1 = capture(Fn(lambda x: torch.cat([p.relu() for p in x.split(3, 1)], 1)), (x,))
     gm, report = optimize_graph(gm1, Options())
     assert not report.kept and gm is not gm1 and report.kernels_after < report.kernels_before
+
+
+def test_an_input_whose_every_use_is_optimized_away_keeps_its_zero_gradient():
+    """``b`` in ``cat([a, b])[:, :3]`` has no use left after the rewrite: AOTAutograd would give it
+    a None gradient where eager autograd gives zeros (found by the fuzzer). Training keeps the
+    original graph; without gradients the same graph is still optimized."""
+    def f(a, b):
+        return torch.cat([a, b], 1)[:, :3] * 2
+
+    a, b = torch.randn(4, 3), torch.randn(4, 5)
+    torch._dynamo.reset()
+    REPORTS.clear()
+    compiled = torch.compile(f, backend="optimus_egg", fullgraph=True)
+    grads = []
+    for fn in (f, compiled):
+        args = [a.clone().requires_grad_(), b.clone().requires_grad_()]
+        fn(*args).sum().backward()
+        grads.append([x.grad for x in args])
+    (eager_a, eager_b), (got_a, got_b) = grads
+    assert got_b is not None, "the unused input lost its gradient"
+    torch.testing.assert_close(got_b, eager_b)
+    torch.testing.assert_close(got_a, eager_a)
+    assert REPORTS[-1].kept and REPORTS[-1].kept_reason
+    gm, report = optimize(Fn(f), (a, b))
+    assert not report.kept and report.kernels_after < report.kernels_before
+    torch.testing.assert_close(gm(a, b), f(a, b))
