@@ -5,8 +5,9 @@
 # Python 3.12, torch 2.11, triton 3.6). Wheels it lacks travel in `.whl/` at the repo root and are
 # installed first; fetch them on a machine with pip access, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#       --platform manylinux_2_17_x86_64 -d .whl egglog==13.2.0 black graphviz anywidget \
-#       opentelemetry-api <and their own missing needs>
+#       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl \
+#       egglog==13.2.0 black graphviz opentelemetry-api platformdirs pytokens pathspec
+# (what `import egglog` needs that the H200 image lacks; run there on 2026-11-29 in 5 minutes).
 # The package is put on the path from the checkout (no build step), and the `optimus_egg`
 # backend is registered by the harness when no installed entry point provides it.
 #
