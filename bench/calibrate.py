@@ -9,6 +9,11 @@ extern calls with Inductor's, and the eager model's launches with the same measu
 one would predict without modelling fusion).
 
 ``--extract`` instead times greedy against exact (ILP) extraction on each model's e-graph.
+
+``--gpu-results results.json`` checks the CUDA variant of the Inductor-aware model against a GPU
+run of ``optimus-egg bench`` (a GPU is rarely at hand; its figures are): for the ``inductor`` and
+``optimus_egg`` inference rows, the Triton kernels and extern calls predicted for the graph,
+captured and optimized here, against the Triton and extern launches the profiler saw there.
 """
 
 from __future__ import annotations
@@ -131,13 +136,50 @@ def compare_extractors(factories: dict[str, Factory], cost_models: list[str], se
                   flush=True)
 
 
+def against_gpu(path: str, names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Predicted (CUDA) vs profiled launches for each model of a GPU bench run's results."""
+    import json
+
+    measured = {(r["model"], r["backend"]): r for r in json.load(open(path))["rows"]
+                if r["mode"] == "inference" and r["backend"] in ("inductor", "optimus_egg") and r.get("launches")}
+    factories = models(names or sorted({m for m, _ in measured} & set(models())))
+    print("| model | graph | Triton kernels (seen) | predicted | error | extern launches (seen) | extern calls "
+          "predicted | launches per extern call |")
+    print("|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name, factory in factories.items():
+        model, inputs = factory()
+        model.eval()
+        for backend in ("inductor", "optimus_egg"):
+            seen = measured.get((name, backend))
+            if seen is None:
+                continue
+            gm = capture(model, inputs)
+            if backend == "optimus_egg":
+                gm, _ = optimize_graph(gm, Options(strict=True))
+            tr = translate(gm)
+            pred = InductorCost(tr.registry, device="cuda").predict(translated(tr))
+            triton, extern = seen["triton_launches"], seen["launches"] - seen["triton_launches"]
+            rows.append({"model": name, "graph": backend, "triton": triton, "pred kernels": pred.kernels,
+                         "extern": extern, "pred extern": pred.extern})
+            per_call = f"{extern / pred.extern:.2f}" if pred.extern else "-"
+            print(f"| {name} | {backend} | {triton} | {pred.kernels} | {_error(pred.kernels, triton)} | {extern} | "
+                  f"{pred.extern} | {per_call} |", flush=True)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", help="model names (default: all)")
     parser.add_argument("--cost-models", nargs="+", default=["eager", "inductor"])
     parser.add_argument("--extract", action="store_true", help="greedy vs exact extraction instead")
     parser.add_argument("--ilp-seconds", type=float, default=10.0)
+    parser.add_argument("--gpu-results", metavar="JSON", help="a GPU bench run's results.json to check the "
+                        "CUDA model against")
     args = parser.parse_args()
+    if args.gpu_results:
+        against_gpu(args.gpu_results, args.models)
+        return
     factories = models(args.models)
     if args.extract:
         compare_extractors(factories, args.cost_models, args.ilp_seconds)

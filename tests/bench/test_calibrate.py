@@ -20,3 +20,19 @@ def test_models_include_the_zoo_and_chains_by_name():
     names = calibrate.models()
     assert {"rec_demo", "chain12"} <= set(names)
     assert set(calibrate.models(["chain5"])) == {"chain5"}
+
+
+def test_gpu_results_are_compared_with_the_cuda_prediction(tmp_path, capsys):
+    import json
+
+    rows = [{"model": "chain2", "mode": "inference", "backend": b, "launches": n, "triton_launches": t}
+            for b, n, t in (("inductor", 20, 12), ("optimus_egg", 9, 4))]
+    rows.append({"model": "chain2", "mode": "training", "backend": "inductor", "launches": 50, "triton_launches": 30})
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps({"meta": {}, "rows": rows}))
+    got = calibrate.against_gpu(str(path), ["chain2"])
+    assert [(r["graph"], r["triton"], r["extern"]) for r in got] == [("inductor", 12, 8), ("optimus_egg", 4, 5)]
+    captured, optimized = got
+    assert 0 < optimized["pred kernels"] <= captured["pred kernels"]  # CUDA fuses small cats: maybe equal
+    assert captured["pred extern"] == optimized["pred extern"] > 0  # the chain's linears
+    assert capsys.readouterr().out.count("| chain2 |") == 2
