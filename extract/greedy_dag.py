@@ -129,7 +129,8 @@ def _by_views(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[in
     if depth == 0:
         return False
     for n in graph.classes[cls]:
-        if own[n] == 0 and len(kids[n]) == 1 and kids[n][0] != cls:
+        # (a view of a class already planned could close a cycle of views: A = view(B), B = view(A))
+        if own[n] == 0 and len(kids[n]) == 1 and kids[n][0] != cls and kids[n][0] not in plan:
             plan[cls] = n
             if _by_views(kids[n][0], order, graph, kids, own, plan, depth - 1):
                 return True
@@ -155,7 +156,8 @@ def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[li
         tried += 1
         members = {c: n for c, n in members.items() if c in order and choice[c] != n}
         plan: dict[int, int] = {}
-        cost = _build_cost(fused, order, graph, kids, own, plan, _BUILD_DEPTH, set())
+        # (never from the members themselves: they become views of what is built)
+        cost = _build_cost(fused, order, graph, kids, own, plan, _BUILD_DEPTH, set(members))
         if cost >= sum(own[choice[c]] for c in members) - 1e-9 or any(c in plan for c in members):
             continue
         frontier = {k for m in plan.values() for k in kids[m] if k in order}
@@ -174,10 +176,10 @@ def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[
                 plan: dict[int, int], depth: int, visiting: set[int]) -> float:
     """What computing ``cls`` adds to the extracted graph, built from extracted classes with at
     most ``depth`` ops; the nodes picked go into ``plan``."""
+    if cls in visiting:  # on the way here (the plan holds those too), or excluded by the caller
+        return float("inf")
     if cls in order or cls in plan:
         return 0.0
-    if cls in visiting:
-        return float("inf")
     visiting.add(cls)
     best, best_plan = float("inf"), None
     for n in sorted(graph.classes[cls], key=own.__getitem__)[:_BUILD_WIDTH]:

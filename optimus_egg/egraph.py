@@ -45,7 +45,8 @@ def _loaders() -> dict[str, str]:
 
 #: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
 _FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"), "rank": ("i64", "(set (rank (Ref i)) a0)"),
-          "pos": ("", "(set (pos (Ref i)) i)"), "dtype": ("String", "(set (dtype (Ref i)) a0)")}
+          "pos": ("", "(set (pos (Ref i)) i)"), "dtype": ("String", "(set (dtype (Ref i)) a0)"),
+          "height": ("i64", "(set (height (Ref i)) a0)")}
 
 
 _LOADERS = _loaders()
@@ -111,6 +112,7 @@ class EGraph:
         rulesets = [f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD)]
         self._run(DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values())
         self._ids: dict[Term, int] = {}
+        self._heights: dict[Term, int] = {}  # see _number
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
         self._seed_matches: dict[str, int] = {}  # reported with saturation's
 
@@ -162,8 +164,13 @@ class EGraph:
             i = self._ids[term] = len(self._ids)
             cols = [str(i), *(str(self._ids[a]) if isinstance(a, Term) else _field(a) for a in term.args)]
             tables[f"{term.op}-row"].append("\t".join(cols))
+            # height: the longest chain of T terms down to an input (lists add nothing); a term
+            # never depends on one of equal height, so rules may group those as independent
+            below = max((self._heights[a] for a in term.args if isinstance(a, Term)), default=0)
+            self._heights[term] = below + (CONSTRUCTORS_SORT[term.op] == "T")
             if CONSTRUCTORS_SORT[term.op] == "T":
                 tables["pos-row"].append(str(i))
+                tables["height-row"].append(f"{i}\t{self._heights[term]}")
             self._counts[term.op] += 1
         return self._ids[root]
 

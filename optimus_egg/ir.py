@@ -34,6 +34,7 @@ DECLARATIONS = """
 (function dtype (T) String :merge old)
 (function lsize (TList) i64 :merge (min old new))
 (function pos (T) i64 :merge (min old new))  ; order in the program as translated (operands first)
+(function height (T) i64 :merge (max old new))  ; longest chain of terms down to an input, as translated
 """
 
 #: Constructors and the sorts of their arguments, as declared above.

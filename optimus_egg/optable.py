@@ -434,6 +434,7 @@ class Call:
     leaves: tuple[Any, ...]  # constants and Slots
     cost: float
     constructor: str  # "Op" | "Unary" | "Binary"
+    device: str = ""  # the result's device: calls on different devices never share a key
 
     def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
         leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
@@ -441,28 +442,72 @@ class Call:
         return graph.create_node(self.op, self.target, tuple(args), dict(kwargs))
 
 
+def _built(name: str, target: Callable[..., Any], slots: int, *constants: Any, cost: float = 1.0
+           ) -> tuple[str, Call]:
+    """A call rules may build although the graph has none: ``target(slot0, ..., constants)``,
+    under a fixed key (``name#`` and the constants) that rule text names with :func:`built`."""
+    leaves, spec = pytree.tree_flatten(([*(Slot(i) for i in range(slots)), *constants], {}))
+    key = f"{name}#{','.join(map(str, constants))}"
+    return key, Call(name, "call_function", target, spec, tuple(leaves), cost, "Op")
+
+
+#: The calls rules build (every registry holds them): a batched matmul with and without the
+#: added bias, and the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand.
+BUILT: dict[str, Call] = dict([
+    _built("baddbmm", torch.baddbmm, 3), _built("bmm", torch.bmm, 2),
+    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0)])
+
+
+def built(name: str, *constants: Any) -> str:
+    """The key of a :data:`BUILT` call as an egglog string literal, for rule text."""
+    key = f"{name}#{','.join(map(str, constants))}"
+    if key not in BUILT:
+        raise KeyError(f"no built call {key!r}; known: {', '.join(BUILT)}")
+    return f'"{key}"'
+
+
 @dataclass
 class Registry:
-    """String keys for ``Op``/``Unary``/``Binary`` terms of one graph."""
+    """String keys for ``Op``/``Unary``/``Binary`` terms of one graph, and the calls rules build
+    (:data:`BUILT`, under their fixed keys)."""
 
-    calls: dict[str, Call] = field(default_factory=dict)
+    calls: dict[str, Call] = field(default_factory=lambda: dict(BUILT))
     _by_identity: dict[tuple[Any, ...], str] = field(default_factory=dict)
 
     def key(self, call: Call, shareable: bool) -> str:
         identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
-                    tuple(repr(x) for x in call.leaves))
+                    tuple(repr(x) for x in call.leaves), call.device)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
-        key = f"{call.name}#{len(self.calls)}"
+        key = f"{call.name}#{len(self.calls) - len(BUILT)}"
         self.calls[key] = call
         if shareable:
             self._by_identity[identity] = key
         return key
 
 
-def template(node: fx.Node) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
+#: Ops whose calls rules read by position: bound to these parameters (with these defaults) and
+#: written back positionally, so slot ``i`` is the same parameter however the call was spelled
+#: (``F.linear(bias=b, input=x, weight=w)`` would otherwise put the bias in slot 0).
+POSITIONAL: dict[str, tuple[tuple[str, ...], dict[str, Any]]] = {
+    "linear": (("input", "weight", "bias"), {"bias": None}),
+    "layer_norm": (("input", "normalized_shape", "weight", "bias", "eps"),
+                   {"weight": None, "bias": None, "eps": 1e-5}),
+}
+
+
+def _arguments(node: fx.Node, op: OpDef | None) -> tuple[list[Any], dict[str, Any]]:
+    if op is not None and op.name in POSITIONAL and node.op == "call_function":
+        params, defaults = POSITIONAL[op.name]
+        bound = bind(node, *params, defaults=defaults)
+        if bound is not None:
+            return [bound[p] for p in params], {}
+    return list(node.args), dict(node.kwargs)
+
+
+def template(node: fx.Node, op: OpDef | None = None) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
     """(spec, leaves with Slots, the node arguments in slot order)."""
-    leaves, spec = pytree.tree_flatten((list(node.args), dict(node.kwargs)))
+    leaves, spec = pytree.tree_flatten(_arguments(node, op))
     inputs: list[fx.Node] = []
     out = []
     for leaf in leaves:
@@ -479,7 +524,7 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
     product = _elementwise_einsum(node, op)
     if product is not None:
         return product
-    spec, leaves, inputs = template(node)
+    spec, leaves, inputs = template(node, op)
     out = val(node)
     constructor = "Op"
     if op is not None and op.kind is Kind.POINTWISE and isinstance(out, torch.Tensor):
@@ -487,7 +532,8 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
         if all(s is not None and _same_shape(s, out.shape) for s in shapes) and len(inputs) in (1, 2):
             constructor = "Unary" if len(inputs) == 1 else "Binary"
     name = op.name if op is not None else _target_name(node)
-    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor), inputs
+    device = str(out.device) if isinstance(out, torch.Tensor) else ""
+    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor, device), inputs
 
 
 def _elementwise_einsum(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]] | None:

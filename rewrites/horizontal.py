@@ -1,15 +1,20 @@
-"""Horizontal fusion: parallel linears that read one input become one linear on concatenated
-weights, each original output a slice of it (Optimus' batch_linear_lhs).
+"""Horizontal fusion: parallel linears become one matmul, each original output a view of it.
 
-Grouping every subset of parallel ops would blow the e-graph up, so each group is formed once,
-from the graph as written (``seed`` stage): the linears of one call template (key ``k``) on one
-input ``x``, chained in program order (``pos``). The chain gives each member the weights and
-biases from it to the group's end and its offset among the outputs; each member is then unioned
-with its slice of the fused linear. The fused form costs a cat of the weights and one of the
-biases every step, so the extractor keeps it only for groups where that is cheaper (four or more
-linears under the eager-launch cost).
+Two forms, both grouped once from the graph as written (``seed`` stage: grouping every subset
+of parallel ops would blow the e-graph up), members chained in program order (``pos``):
+
+- linears that read one input ``x`` (one call template, key ``k``) → one linear on concatenated
+  weights, each output a slice of it (Optimus' batch_linear_lhs);
+- linears on different inputs of one shape (``[n, i] → [n, o]``, one dtype, one template, so one
+  device) → one ``baddbmm`` (``bmm`` without bias) over the stacked inputs, weights and biases,
+  each output a select of it (Optimus' batch_linear). Only linears of equal ``height`` are
+  grouped: a term never depends on one of its own height, so no member reads another.
+
+A fused form costs its cats (a stack of the weights every step is a kernel) and the extractor
+keeps it only where that is cheaper than the members' own linears.
 """
 
+from optimus_egg.optable import built
 from optimus_egg.rewrites import Derive, op_named
 
 DECLARATIONS = """
@@ -19,6 +24,19 @@ DECLARATIONS = """
 (function lin-ws (T) TList :merge old)
 (function lin-bs (T) TList :merge old)
 (function lin-off (T) i64 :merge (min old new))
+(datatype BatchSig (Batch String i64 i64 i64 i64 String i64))
+(function bl-sig (T) BatchSig :merge old)
+(function bl-x (T) T :merge old)
+(function bl-w (T) T :merge old)
+(function bl-b (T) T :merge old)
+(function bl-first (BatchSig) i64 :merge (min old new))
+(function bl-last (BatchSig) i64 :merge (max old new))
+(function bl-size (BatchSig) i64 :merge (max old new))
+(function bl-next (T) i64 :merge (min old new))
+(function bl-idx (T) i64 :merge (min old new))
+(function bl-xs (T) TList :merge old)
+(function bl-ws (T) TList :merge old)
+(function bl-bs (T) TList :merge old)
 """
 
 
@@ -51,4 +69,72 @@ RULES = [
                                    "(= bs (lin-bs h))", "(= o (lin-off a))", "(= r (rank a))", "(= n (size a (- r 1)))"),
       ("(union a (Sl (Op k (Cons x (Cons (Cat ws) (Cons (Cat bs) (Nil) -1) -1) -1)) (- r 1) o n))",),
       stage="seed", covers="batch_linear_lhs"),
+]
+
+
+def batch_member(bias: bool) -> tuple[str, ...]:
+    """``t = linear(x, w[, b])``: ``x`` is ``[n, i]``, ``w`` ``[o, i]``, ``b`` ``[o]``, one dtype;
+    its group signature ``s`` (template, height, n, i, o, dtype, bias)."""
+    args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if bias else "(Cons x (Cons w (Nil) -1) -1)"
+    return (f"(= t (Op k {args}))", op_named("k", "linear"), "(= 2 (rank x))", "(= 2 (rank w))",
+            "(= n (size x 0))", "(= i (size x 1))", "(= o (size w 0))", "(= dt (dtype x))", "(= dt (dtype w))",
+            "(= h (height t))", *(("(= 1 (rank b))", "(= o (size b 0))", "(= dt (dtype b))") if bias else ()))
+
+
+SIG = "(Batch k h n i o dt {})"
+FIRST = ("(= s (bl-sig a))", "(= p (pos a))")  # member a of group s, at position p
+RULES += [
+    D("batch-linear-member", batch_member(True),
+      (f"(set (bl-sig t) {SIG.format(1)})", "(set (bl-x t) x)", "(set (bl-w t) w)", "(set (bl-b t) b)"),
+      stage="seed", covers="batch_linear"),
+    D("batch-linear-member-no-bias", batch_member(False),
+      (f"(set (bl-sig t) {SIG.format(0)})", "(set (bl-x t) x)", "(set (bl-w t) w)"),
+      stage="seed", covers="batch_linear"),
+    D("batch-linear-ends", FIRST, ("(set (bl-first s) p)", "(set (bl-last s) p)"), stage="seed",
+      covers="batch_linear"),
+    D("batch-linear-next", (*FIRST, "(= s (bl-sig c))", "(= q (pos c))", "(< p q)"), ("(set (bl-next a) q)",),
+      stage="seed", covers="batch_linear"),
+    D("batch-linear-first-index", (*FIRST, "(= p (bl-first s))"), ("(set (bl-idx a) 0)",), stage="seed",
+      covers="batch_linear"),
+    D("batch-linear-index", ("(= m (bl-idx a))", "(= q (bl-next a))", "(= q (pos c))"),
+      ("(set (bl-idx c) (+ m 1))",), stage="seed", covers="batch_linear"),
+    # The group's size, and the stacked inputs, weights and biases from each member to its end.
+    D("batch-linear-last", (*FIRST, "(= p (bl-last s))", "(= m (bl-idx a))", "(= x (bl-x a))", "(= w (bl-w a))"),
+      ("(set (bl-size s) (+ m 1))", "(set (bl-xs a) (Cons (Unsqueeze x 0) (Nil) 0))",
+       "(set (bl-ws a) (Cons (Unsqueeze w 0) (Nil) 0))"), stage="seed", covers="batch_linear"),
+    D("batch-linear-cons", ("(= q (bl-next a))", "(= q (pos c))", "(= xs (bl-xs c))", "(= ws (bl-ws c))",
+                            "(= x (bl-x a))", "(= w (bl-w a))"),
+      ("(set (bl-xs a) (Cons (Unsqueeze x 0) xs 0))", "(set (bl-ws a) (Cons (Unsqueeze w 0) ws 0))"),
+      stage="seed", covers="batch_linear"),
+    D("batch-linear-bias-last", (*FIRST, "(= p (bl-last s))", "(= b (bl-b a))"),
+      ("(set (bl-bs a) (Cons (Unsqueeze b 0) (Nil) 0))",), stage="seed", covers="batch_linear"),
+    D("batch-linear-bias-cons", ("(= q (bl-next a))", "(= q (pos c))", "(= bs (bl-bs c))", "(= b (bl-b a))"),
+      ("(set (bl-bs a) (Cons (Unsqueeze b 0) bs 0))",), stage="seed", covers="batch_linear"),
+]
+
+
+def as_select_of(matmul: str, flag: int, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``matmul`` ([g, n, o])."""
+    query = ("(= s (bl-sig a))", f"(= s {SIG.format(flag)})", "(= m (bl-idx a))", "(= g (bl-size s))",
+             "(> g 1)", "(= p (bl-first s))", "(= p (pos hd))", *(f"(= {v} (bl-{v} hd))" for v in lists))
+    actions = (f"(let r {matmul})", "(union a (Squeeze (Sl r 0 m 1) 0))", "(set (rank r) 3)",
+               "(set (size r 0) g)", "(set (size r 1) n)", "(set (size r 2) o)", "(set (dtype r) dt)")
+    return query, actions
+
+
+def args(*items: str) -> str:
+    """An ``Op`` argument list."""
+    out = "(Nil)"
+    for item in reversed(items):
+        out = f"(Cons {item} {out} -1)"
+    return out
+
+
+WT = f"(Op {built('transpose', 1, 2)} {args('(Cat ws)')})"  # [g, o, i] -> [g, i, o]
+RULES += [
+    D("batch-linear-as-select-of-baddbmm",
+      *as_select_of(f"(Op {built('baddbmm')} {args('(Unsqueeze (Cat bs) 1)', '(Cat xs)', WT)})", 1,
+                    ("xs", "ws", "bs")), stage="seed", covers="batch_linear"),
+    D("batch-linear-as-select-of-bmm", *as_select_of(f"(Op {built('bmm')} {args('(Cat xs)', WT)})", 0, ("xs", "ws")),
+      stage="seed", covers="batch_linear"),
 ]

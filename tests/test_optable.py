@@ -1,5 +1,6 @@
 """Every op family of the op table survives the round trip FX → IR → FX with its values."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -109,3 +110,21 @@ def test_reshape_of_an_empty_tensor_stays_as_written():
     x = torch.randn(7, 3, 7, 4)
     check(fn, x)
     assert not any(t.op in ("Flat", "Unflat") for t in translate(capture(Fn(fn), (x,))).origin)
+
+
+def test_calls_share_a_key_only_on_one_device():
+    reg = optable.Registry()
+    call = optable.BUILT["bmm#"]
+    on = {d: optable.Call(call.name, call.op, call.target, call.spec, call.leaves, 1.0, "Op", d)
+          for d in ("cpu", "cuda:0")}
+    assert reg.key(on["cpu"], True) == reg.key(on["cpu"], True) != reg.key(on["cuda:0"], True)
+
+
+def test_built_calls_are_in_every_registry_under_their_keys():
+    reg = optable.Registry()
+    for name, constants in (("baddbmm", ()), ("bmm", ()), ("transpose", (1, 2))):
+        key = optable.built(name, *constants).strip('"')
+        assert reg.calls[key] is optable.BUILT[key] and reg.calls[key].name == name
+    assert reg.key(optable.BUILT["bmm#"], True) == "bmm#0"  # graph calls are numbered from 0
+    with pytest.raises(KeyError):
+        optable.built("transpose", 0, 1)

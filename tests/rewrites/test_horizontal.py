@@ -1,8 +1,11 @@
-"""Horizontal fusion: parallel linears on one input, before and after on random inputs."""
+"""Horizontal fusion: parallel linears (on one input, or on inputs of one shape), before and
+after on random inputs, and the cases each rule must leave alone."""
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
+from optimus_egg import optimize
 from tests.helpers import check, launches
 
 
@@ -55,3 +58,125 @@ def test_linears_on_different_inputs_are_not_grouped():
 def test_linears_without_bias_are_left_alone():
     report, gm = check(Towers(5, bias=False), X)
     assert "linear-as-slice-of-fused" not in report.rules_fired
+
+
+# Linears on different inputs of one shape (Optimus' batch_linear) -------------------------------
+
+
+class Parallel(nn.Module):
+    """``n`` linears, each on its own piece of the input, the outputs concatenated."""
+
+    def __init__(self, n: int, width: int = 4, out: int = 6, bias: bool = True,
+                 dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.width = width
+        self.towers = nn.ModuleList(nn.Linear(width, out, bias=bias, dtype=dtype) for _ in range(n))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t(p) for t, p in zip(self.towers, x.split(self.width, 1))], 1)
+
+
+def _calls(gm: torch.fx.GraphModule, name: str) -> int:
+    return sum(1 for n in gm.graph.nodes if name == getattr(n.target, "__name__", n.target))
+
+
+XS = torch.randn(5, 32)
+
+
+def test_linears_on_different_inputs_become_one_baddbmm():
+    model = Parallel(8)
+    report, gm = check(model, XS)
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 8
+    assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
+    # a stack each of the inputs, weights and biases and one baddbmm replace the eight linears
+    # (the weights' transpose and each output's select are views); the cat stays
+    assert launches(gm, XS) == 4 + 1 < launches(model, XS) == 8 + 1
+
+
+def test_linears_without_bias_become_one_bmm():
+    model = Parallel(8, bias=False)
+    report, gm = check(model, XS)
+    assert report.rules_fired["batch-linear-as-select-of-bmm"] == 8
+    assert _calls(gm, "bmm") == 1 and _calls(gm, "linear") == 0
+
+
+def test_batched_linears_train_like_the_originals():
+    model, x = Parallel(6), torch.randn(5, 24, requires_grad=True)
+    gm, report = optimize(model, (x,))
+    assert _calls(gm, "baddbmm") == 1
+    grads = []
+    for fn in (model, gm):
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        (fn(x) * torch.arange(36.0)).sum().backward()
+        grads.append([x.grad, *(p.grad for p in model.parameters())])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
+    model = Parallel(2)
+    report, gm = check(model, XS[:, :8])
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 2
+    assert _calls(gm, "baddbmm") == 0 and launches(gm, XS[:, :8]) == launches(model, XS[:, :8])
+
+
+def test_towers_of_two_layers_batch_each_layer_apart():
+    """Each tower is linear → relu → linear of one shape: the second layers read the first
+    layers' outputs, so the layers are two groups (of equal height), never one."""
+
+    class Towers(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = Parallel(6, 8, 8), Parallel(6, 8, 8)
+
+        def forward(self, x):
+            return torch.cat([b(torch.relu(a(p))) for a, b, p in zip(self.a.towers, self.b.towers, x.split(8, 1))], 1)
+
+    x = torch.randn(5, 48)
+    report, gm = check(Towers(), x)
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 12
+    assert _calls(gm, "baddbmm") == 2 and _calls(gm, "linear") == 0
+    assert launches(gm, x) < launches(Towers(), x)
+
+
+def test_linears_of_other_shapes_dtypes_or_chained_are_not_batched_together():
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.f32, self.f64 = Parallel(5), Parallel(5, dtype=torch.float64)
+            self.wide = nn.ModuleList(nn.Linear(4, 7) for _ in range(5))  # another out size
+            self.chain = nn.Sequential(*(nn.Linear(4, 4) for _ in range(5)))  # each reads the last
+
+        def forward(self, x, y):
+            pieces = x.split(4, 1)
+            return (self.f32(x), self.f64(y), [w(p) for w, p in zip(self.wide, pieces)], self.chain(pieces[0]))
+
+    x, y = torch.randn(5, 20), torch.randn(5, 20, dtype=torch.float64)
+    report, gm = check(Mixed(), x, y)
+    # three groups of five (f32, f64, wide); the chain's linears each stand alone
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 15
+    assert _calls(gm, "baddbmm") == 3
+
+
+def test_linears_on_3d_inputs_or_of_dynamic_batch_are_not_batched():
+    class Seq(Parallel):
+        def forward(self, x):
+            return torch.cat([t(p) for t, p in zip(self.towers, x.split(self.width, 2))], 2)
+
+    report, _ = check(Seq(8), torch.randn(2, 5, 32))
+    assert "batch-linear-member" not in report.rules_fired
+    gm, _ = torch._dynamo.export(Parallel(8), dynamic_shapes=({0: torch.export.Dim("batch")},))(XS)
+    report, _ = check(gm, XS)
+    assert "batch-linear-member" not in report.rules_fired
+
+
+def test_linear_arguments_are_read_by_name_not_position():
+    ws, bs = torch.randn(8, 6, 4), torch.randn(8, 6)
+
+    def fn(x):
+        return torch.cat([F.linear(bias=b, weight=w, input=p) for w, b, p in zip(ws, bs, x.split(4, 1))], 1)
+
+    report, gm = check(fn, XS)
+    assert _calls(gm, "baddbmm") == 1
