@@ -504,8 +504,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true",
                         help="small chain models and few timing rounds (under 5 minutes on 2 CPU cores)")
     parser.add_argument("--out", type=Path, help="write results.json, results.md and PNG plots here")
+    parser.add_argument("--suite", default="zoo", choices=SUITES,
+                        help="the models run when --models is not given: the zoo (default), one "
+                             "model per Optimus pass family (family_*), or all")
     parser.add_argument("--models", action="append", metavar="NAMES",
-                        help=f"comma-separated subset of: {', '.join(zoo())} (repeatable)")
+                        help=f"comma-separated subset of: {', '.join(zoo())}, and the family_* models "
+                             "of --suite families (repeatable)")
     parser.add_argument("--backends", action="append", metavar="NAMES",
                         help=f"comma-separated subset of: {', '.join(STANDARD)} (default: all)")
     parser.add_argument("--rules", action="append", default=[], metavar="FAMILIES",
@@ -519,9 +523,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "shared with other work, 1 avoids OpenMP threads waiting on descheduled peers")
 
 
-def select_models(names: Sequence[str] | None, quick: bool) -> dict[str, Factory]:
-    available = zoo(quick)
-    wanted = _split(names) or list(available)
+SUITES = ("zoo", "families", "all")
+
+
+def suite(name: str, quick: bool) -> dict[str, Factory]:
+    """A suite's models in table order: the zoo, the Optimus pass families
+    (:mod:`optimus_egg.bench.families`), or both."""
+    from optimus_egg.bench.families import families
+
+    suites = {"zoo": zoo(quick), "families": families()}
+    return suites[name] if name in suites else {**suites["zoo"], **suites["families"]}
+
+
+def select_models(names: Sequence[str] | None, quick: bool, suite_name: str = "zoo") -> dict[str, Factory]:
+    """The models named (from any suite), else the whole suite."""
+    available = suite("all", quick)
+    wanted = _split(names) or list(suite(suite_name, quick))
     unknown = [n for n in wanted if n not in available]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; valid: {', '.join(available)}")
@@ -541,6 +558,8 @@ def command_line(args: argparse.Namespace) -> str:
     parts = ["optimus-egg bench"]
     if args.quick:
         parts.append("--quick")
+    if args.suite != "zoo":
+        parts.append(f"--suite {args.suite}")
     for flag in ("models", "backends"):
         if getattr(args, flag):
             parts.append(f"--{flag} {','.join(_split(getattr(args, flag)))}")
@@ -564,7 +583,7 @@ def main(args: argparse.Namespace) -> int:
     from optimus_egg.bench.report import markdown, write
 
     try:
-        models = select_models(args.models, args.quick)
+        models = select_models(args.models, args.quick, args.suite)
         columns = backends(_split(args.backends) or STANDARD, args.rules, options_from_args(args))
         modes = select_modes(args.modes)
         device = pick(args.device)

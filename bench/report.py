@@ -56,6 +56,55 @@ def _cells(r: dict[str, Any], notes: list[str]) -> list[str]:
             _num(step_ms, "{:.3f}"), _num(r["step_ratio"], "{:.2f}"), _size(r["peak_bytes"]), equal]
 
 
+#: The backends compared side by side, in column order.
+_COMPARED = ("inductor", "inductor+optimus", "optimus_egg")
+_METRICS = (("eager_launches", "eager launches"), ("launches", "launches/step"), ("kernels", "kernel objects"))
+
+
+def _verdict(r: dict[str, Any] | None) -> str:
+    if r is None:
+        return "-"
+    if r["error"]:
+        return f"**fails** ({r['error'].split(':')[0]})"
+    return {True: "yes", False: "**WRONG**", None: "-"}[r["equal"]]
+
+
+def side_by_side(results: dict[str, Any]) -> str:
+    """One line per model and mode: eager launches, launches/step and kernel objects of
+    ``inductor`` / ``inductor+optimus`` / ``optimus_egg`` (eager launches lead with eager's),
+    whether Optimus's passes for the model fired and it stayed correct, and every figure where
+    optimus_egg is above either (flagged)."""
+    from optimus_egg.bench.families import TARGETS
+
+    rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
+    for r in results["rows"]:
+        rows.setdefault((r["model"], r["mode"]), {})[r["backend"]] = r
+    head = ["model", "mode", "eager launches (eager / ind / +Opt / egg)", "launches/step (ind / +Opt / egg)",
+            "kernel objects (ind / +Opt / egg)", "Optimus pass fired", "Optimus correct", "egg correct",
+            "optimus_egg above"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for (model, mode), by in rows.items():
+        egg = by.get("optimus_egg")
+        cells = [model, mode]
+        above = []
+        for key, label in _METRICS:
+            labels = (("eager",) if key == "eager_launches" else ()) + _COMPARED
+            values = [by[b][key] if b in by else None for b in labels]
+            cells.append(" / ".join(_num(v) for v in values))
+            mine = egg[key] if egg else None
+            for b in ("inductor", "inductor+optimus"):
+                theirs = by[b][key] if b in by else None
+                if mine is not None and theirs is not None and mine > theirs:
+                    above.append(f"{label} > {'Optimus' if b != 'inductor' else b}")
+        optimus = by.get("inductor+optimus")
+        passes = (optimus or {}).get("details", {}).get("optimus_passes", {})
+        fired = [p for p in TARGETS.get(model, ()) if passes.get(p)]
+        cells.append(", ".join(fired) if fired else ("**none**" if model in TARGETS and optimus else "-"))
+        cells += [_verdict(optimus), _verdict(egg), "**" + "; ".join(above) + "**" if above else "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
@@ -64,6 +113,8 @@ def markdown(results: dict[str, Any]) -> str:
              f"torch {m['torch']} ({m['threads']} CPU threads), egglog {m.get('egglog')}  "),
              (f"Date: {meta['date']}; wall time {meta['wall_s'] / 60:.1f} min, CPU time "
              f"{meta['cpu_s'] / 60:.1f} min (this process and the compilers it ran)"), ""]
+    if {"inductor", "optimus_egg"} <= set(meta["backends"]):
+        lines += ["### Side by side", "", side_by_side(results), ""]
     notes: list[str] = []
     for mode in ("inference", "training"):
         rows = [r for r in results["rows"] if r["mode"] == mode]
