@@ -171,7 +171,7 @@ class SelectCat(Plumbed):
 
     def plumbing(self, x: torch.Tensor) -> torch.Tensor:
         h = x.view(-1, 6, 8)
-        rows = [h[:, 0], torch.select(h, 1, 1), h.select(dim=1, index=2), h[:, 3], h[:, -2], h[:, -1]]
+        rows = [h[:, 0], torch.select(h, 1, 1), h.select(dim=1, index=2), h[:, 3], h[:, 4], h[:, 5]]
         flat = torch.cat(rows, dim=1)
         return flat + torch.narrow(x, 1, 0, WIDTH)
 
