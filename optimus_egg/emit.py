@@ -7,6 +7,7 @@ node's op on its inputs' fake values, so Inductor and its passes see shapes ever
 from __future__ import annotations
 
 import copy
+import operator
 from typing import Any
 
 import torch
@@ -121,14 +122,53 @@ class Emitter:
             self.inputs.append(new)
         if effect_class is not None:
             self.emit_class(effect_class)
-        outs = iter([self.emit_class(c) for c in root_classes])
-        leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
+        roots = [self.emit_class(c) for c in root_classes]
         _propagate_meta(self.graph, self.gm)
+        regrouped = self.split_tilings()
+        outs = iter([regrouped.get(n, n) for n in roots])
+        leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
         leaves = self.keep_aliasing(leaves, classes)
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
         new_gm = fx.GraphModule(self.gm, self.graph)
         new_gm.meta = dict(self.gm.meta)
         return new_gm
+
+    def split_tilings(self) -> dict[fx.Node, fx.Node]:
+        """Slices that tile a tensor along one dim become one ``split``, and selects of every
+        index one ``unbind``; returns what replaced each slice.
+
+        The e-graph has no split: a piece is a slice (``Sl``). Forward, both are the same views;
+        backward, autograd turns each slice into a zero-filled tensor with the slice's gradient
+        copied in, then adds them up, where a split's gradient is one cat (the zoo's sequence
+        model: 187 → 115 eager launches per training step)."""
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        groups: dict[tuple[fx.Node, int, bool], list[fx.Node]] = {}
+        for n in self.graph.nodes:
+            if n.op != "call_function" or n.target not in (torch.narrow, torch.select):
+                continue
+            v = val(n.args[0])
+            if isinstance(v, torch.Tensor) and all(type(a) is int and a >= 0 for a in n.args[1:]):
+                groups.setdefault((n.args[0], n.args[1] % v.dim(), n.target is torch.select), []).append(n)
+        replaced: dict[fx.Node, fx.Node] = {}
+        for (base, d, select), nodes in groups.items():
+            span = {n: (n.args[2], 1 if select else n.args[3]) for n in nodes}
+            spans = sorted(set(span.values()))
+            ends = [s + length for s, length in spans]
+            size = val(base).shape[d]
+            if len(spans) < 2 or type(size) is not int or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
+                continue
+            with self.graph.inserting_before(min(nodes, key=order.__getitem__)):
+                whole = (self.graph.call_function(torch.unbind, (base, d)) if select
+                         else self.graph.call_function(torch.split, (base, [n for _, n in spans], d)))
+                pieces = {sp: self.graph.call_function(operator.getitem, (whole, i)) for i, sp in enumerate(spans)}
+            for n in nodes:
+                new = pieces[span[n]]
+                n.replace_all_uses_with(new)
+                self.graph.erase_node(n)
+                replaced[n] = new
+        _propagate_meta(self.graph, self.gm)
+        self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
+        return replaced
 
     def keep_aliasing(self, leaves: list[Any], classes: dict[optable.Term, int]) -> list[Any]:
         """Outputs alias the inputs and each other exactly as the original outputs did, and

@@ -86,3 +86,59 @@ def test_piece_of_a_cat_that_requires_grad_still_requires_grad():
     torch.testing.assert_close(out, fn(a, b))
     out.sum().backward()
     assert not b.grad.any()  # as in eager: the cat gives b a zero gradient
+
+
+def _calls(gm, target):
+    return sum(n.op == "call_function" and n.target is target for n in gm.graph.nodes)
+
+
+def _training_launches(fn, *inputs):
+    from optimus_egg.counting import eager_launches
+
+    def step(*args):
+        sum(o.sum() for o in fn(*args)).backward()
+
+    return eager_launches(step, *inputs)
+
+
+def test_slices_that_tile_a_tensor_are_emitted_as_one_split():
+    # Each slice's backward is a zero-filled tensor, a copy and an add; a split's is one cat.
+    def fn(x):
+        parts = torch.split(torch.relu(torch.cat([x[:, :4], x[:, 4:]], 1)), [3, 5], 1)
+        return parts[0].sum(1), parts[1].amax(1)
+
+    x = torch.randn(2, 8, requires_grad=True)
+    gm, report = optimize(Fn(fn), (x,))
+    assert report.fallback is None and not report.kept
+    assert _calls(gm, torch.split) == 1 and _calls(gm, torch.narrow) == 0
+    for got, want in zip(gm(x), fn(x)):
+        torch.testing.assert_close(got, want)
+    assert _training_launches(gm, x) < _training_launches(Fn(fn), x)
+    got_grad = torch.autograd.grad(sum(o.sum() for o in gm(x)), x)[0]
+    torch.testing.assert_close(got_grad, torch.autograd.grad(sum(o.sum() for o in fn(x)), x)[0])
+
+
+def test_selects_of_every_index_are_emitted_as_one_unbind():
+    def fn(x):
+        s = torch.unbind(torch.sigmoid(torch.cat([x[:, :2], x[:, 2:]], 1)), 1)
+        return torch.outer(s[0], s[1]), torch.outer(s[2], s[3])
+
+    x = torch.randn(3, 4, requires_grad=True)
+    gm, report = optimize(Fn(fn), (x,))
+    assert report.fallback is None and not report.kept
+    assert _calls(gm, torch.unbind) == 1 and _calls(gm, torch.select) == 0
+    for got, want in zip(gm(x), fn(x)):
+        torch.testing.assert_close(got, want)
+
+
+def test_slices_that_leave_a_gap_stay_slices():
+    def fn(x):
+        y = torch.relu(torch.cat([x[:, :4], x[:, 4:]], 1))
+        return y[:, :3].sum(1), y[:, 5:].amax(1)  # columns 3 and 4 unused: no tiling, no split
+
+    x = torch.randn(2, 8)
+    gm, report = optimize(Fn(fn), (x,))
+    assert report.fallback is None and not report.kept
+    assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 2
+    for got, want in zip(gm(x), fn(x)):
+        torch.testing.assert_close(got, want)
