@@ -452,10 +452,11 @@ def _built(name: str, target: Callable[..., Any], slots: int, *constants: Any, c
 
 
 #: The calls rules build (every registry holds them): a batched matmul with and without the
-#: added bias, and the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand.
+#: added bias, the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand, and
+#: ``addcmul(b, y, w) = b + y * w`` (an affine transform applied after a fused normalization).
 BUILT: dict[str, Call] = dict([
     _built("baddbmm", torch.baddbmm, 3), _built("bmm", torch.bmm, 2),
-    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0)])
+    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0), _built("addcmul", torch.addcmul, 3)])
 
 
 def built(name: str, *constants: Any) -> str:
@@ -464,6 +465,27 @@ def built(name: str, *constants: Any) -> str:
     if key not in BUILT:
         raise KeyError(f"no built call {key!r}; known: {', '.join(BUILT)}")
     return f'"{key}"'
+
+
+def _plain_layer_norm(call: Call) -> Call | None:
+    """``layer_norm(x, shape, w, b, eps)`` without ``w`` and ``b`` (positional calls only, where
+    slots 1 and 2 are the weight and the bias): the normalization alone; a call of ``x`` alone is
+    that already."""
+    args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+    slots = sum(isinstance(x, Slot) for x in call.leaves)
+    if kwargs or len(args) < 4 or args[0] != Slot(0):
+        return None
+    if slots == 1:
+        return call
+    if slots != 3 or args[2:4] != [Slot(1), Slot(2)]:
+        return None
+    leaves, spec = pytree.tree_flatten(([*args[:2], None, None, *args[4:]], {}))
+    return Call(call.name, call.op, call.target, spec, tuple(leaves), call.cost, call.constructor, call.device)
+
+
+#: Variants of a graph's call that rules may build, registered next to it under its key plus a
+#: suffix (rule text names one as ``(+ k "-plain")``): op name → (suffix, the variant or None).
+DERIVED: dict[str, tuple[str, Callable[[Call], Call | None]]] = {"layer_norm": ("-plain", _plain_layer_norm)}
 
 
 @dataclass
@@ -479,7 +501,15 @@ class Registry:
                     tuple(repr(x) for x in call.leaves), call.device)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
-        key = f"{call.name}#{len(self.calls) - len(BUILT)}"
+        n = len(self.calls) - len(BUILT)
+        key = f"{call.name}#{n}"
+        if call.name in DERIVED and call.constructor == "Op":
+            suffix, variant = DERIVED[call.name]
+            derived = variant(call)
+            if derived is None:  # rules that name the variant must not see this call as that op
+                key = f"{call.name}-as-written#{n}"
+            else:
+                self.calls[key + suffix] = derived
         self.calls[key] = call
         if shareable:
             self._by_identity[identity] = key

@@ -1,6 +1,7 @@
-"""Horizontal fusion: parallel linears become one matmul, each original output a view of it.
+"""Horizontal fusion: parallel linears or layer norms become one op, each original output a
+view of it.
 
-Two forms, both grouped once from the graph as written (``seed`` stage: grouping every subset
+Three forms, each grouped once from the graph as written (``seed`` stage: grouping every subset
 of parallel ops would blow the e-graph up), members chained in program order (``pos``):
 
 - linears that read one input ``x`` (one call template, key ``k``) → one linear on concatenated
@@ -8,7 +9,12 @@ of parallel ops would blow the e-graph up), members chained in program order (``
 - linears on different inputs of one shape (``[n, i] → [n, o]``, one dtype, one template, so one
   device) → one ``baddbmm`` (``bmm`` without bias) over the stacked inputs, weights and biases,
   each output a select of it (Optimus' batch_linear). Only linears of equal ``height`` are
-  grouped: a term never depends on one of its own height, so no member reads another.
+  grouped: a term never depends on one of its own height, so no member reads another;
+- layer norms of one template (so one ``normalized_shape`` and ``eps``) on inputs of one shape
+  ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
+  each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
+  and biases (Optimus' batch_layernorm). With weights, ``[d]``-shaped ones prove that only the
+  last dim is normalized.
 
 A fused form costs its cats (a stack of the weights every step is a kernel) and the extractor
 keeps it only where that is cheaper than the members' own linears.
@@ -24,6 +30,7 @@ DECLARATIONS = """
 (function lin-ws (T) TList :merge old)
 (function lin-bs (T) TList :merge old)
 (function lin-off (T) i64 :merge (min old new))
+; a group: template, height, n, i, o (a layer norm: i = o = d), dtype, form (see SIG)
 (datatype BatchSig (Batch String i64 i64 i64 i64 String i64))
 (function bl-sig (T) BatchSig :merge old)
 (function bl-x (T) T :merge old)
@@ -72,52 +79,62 @@ RULES = [
 ]
 
 
-def batch_member(bias: bool) -> tuple[str, ...]:
-    """``t = linear(x, w[, b])``: ``x`` is ``[n, i]``, ``w`` ``[o, i]``, ``b`` ``[o]``, one dtype;
-    its group signature ``s`` (template, height, n, i, o, dtype, bias)."""
+def linear_member(bias: bool) -> tuple[str, ...]:
+    """``t = linear(x, w[, b])``: ``x`` is ``[n, i]``, ``w`` ``[o, i]``, ``b`` ``[o]``, one dtype."""
     args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if bias else "(Cons x (Cons w (Nil) -1) -1)"
     return (f"(= t (Op k {args}))", op_named("k", "linear"), "(= 2 (rank x))", "(= 2 (rank w))",
             "(= n (size x 0))", "(= i (size x 1))", "(= o (size w 0))", "(= dt (dtype x))", "(= dt (dtype w))",
             "(= h (height t))", *(("(= 1 (rank b))", "(= o (size b 0))", "(= dt (dtype b))") if bias else ()))
 
 
+def norm_member(affine: bool) -> tuple[str, ...]:
+    """``t = layer_norm(x[, w, b])``: ``x`` is ``[n, i]``, ``w`` and ``b`` ``[i]``, one dtype."""
+    args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if affine else "(Cons x (Nil) -1)"
+    # (the affine applied after the norm rounds once more: only where that rounding is fine)
+    params = ("(= 1 (rank w))", "(= i (size w 0))", "(= dt (dtype w))", "(= 1 (rank b))", "(= i (size b 0))",
+              "(= dt (dtype b))", '(!= dt "float16")', '(!= dt "bfloat16")')
+    return (f"(= t (Op k {args}))", op_named("k", "layer_norm"), "(= 2 (rank x))", "(= n (size x 0))",
+            "(= i (size x 1))", "(= dt (dtype x))", "(= h (height t))", *(params if affine else ()))
+
+
+#: A group's signature; the form: 0 linear, 1 linear with bias, 2 layer norm with weights, 3 without.
 SIG = "(Batch k h n i o dt {})"
 FIRST = ("(= s (bl-sig a))", "(= p (pos a))")  # member a of group s, at position p
+GROUP = "batch_linear/batch_layernorm"
+MEMBER = ("(set (bl-x t) x)", "(set (bl-w t) w)", "(set (bl-b t) b)")
 RULES += [
-    D("batch-linear-member", batch_member(True),
-      (f"(set (bl-sig t) {SIG.format(1)})", "(set (bl-x t) x)", "(set (bl-w t) w)", "(set (bl-b t) b)"),
+    D("batch-linear-member", linear_member(True), (f"(set (bl-sig t) {SIG.format(1)})", *MEMBER),
       stage="seed", covers="batch_linear"),
-    D("batch-linear-member-no-bias", batch_member(False),
-      (f"(set (bl-sig t) {SIG.format(0)})", "(set (bl-x t) x)", "(set (bl-w t) w)"),
+    D("batch-linear-member-no-bias", linear_member(False), (f"(set (bl-sig t) {SIG.format(0)})", *MEMBER[:2]),
       stage="seed", covers="batch_linear"),
-    D("batch-linear-ends", FIRST, ("(set (bl-first s) p)", "(set (bl-last s) p)"), stage="seed",
-      covers="batch_linear"),
-    D("batch-linear-next", (*FIRST, "(= s (bl-sig c))", "(= q (pos c))", "(< p q)"), ("(set (bl-next a) q)",),
-      stage="seed", covers="batch_linear"),
-    D("batch-linear-first-index", (*FIRST, "(= p (bl-first s))"), ("(set (bl-idx a) 0)",), stage="seed",
-      covers="batch_linear"),
-    D("batch-linear-index", ("(= m (bl-idx a))", "(= q (bl-next a))", "(= q (pos c))"),
-      ("(set (bl-idx c) (+ m 1))",), stage="seed", covers="batch_linear"),
+    D("batch-norm-member", norm_member(True), ("(set (bl-sig t) (Batch k h n i i dt 2))", *MEMBER),
+      stage="seed", covers="batch_layernorm"),
+    D("batch-norm-member-no-affine", norm_member(False), ("(set (bl-sig t) (Batch k h n i i dt 3))", MEMBER[0]),
+      stage="seed", covers="batch_layernorm"),
+    # Each group chained in program order: its ends, each member's successor and index.
+    D("batch-group-ends", FIRST, ("(set (bl-first s) p)", "(set (bl-last s) p)"), stage="seed", covers=GROUP),
+    D("batch-group-next", (*FIRST, "(= s (bl-sig c))", "(= q (pos c))", "(< p q)"), ("(set (bl-next a) q)",),
+      stage="seed", covers=GROUP),
+    D("batch-group-first-index", (*FIRST, "(= p (bl-first s))"), ("(set (bl-idx a) 0)",), stage="seed",
+      covers=GROUP),
+    D("batch-group-index", ("(= m (bl-idx a))", "(= q (bl-next a))", "(= q (pos c))"),
+      ("(set (bl-idx c) (+ m 1))",), stage="seed", covers=GROUP),
     # The group's size, and the stacked inputs, weights and biases from each member to its end.
-    D("batch-linear-last", (*FIRST, "(= p (bl-last s))", "(= m (bl-idx a))", "(= x (bl-x a))", "(= w (bl-w a))"),
-      ("(set (bl-size s) (+ m 1))", "(set (bl-xs a) (Cons (Unsqueeze x 0) (Nil) 0))",
-       "(set (bl-ws a) (Cons (Unsqueeze w 0) (Nil) 0))"), stage="seed", covers="batch_linear"),
-    D("batch-linear-cons", ("(= q (bl-next a))", "(= q (pos c))", "(= xs (bl-xs c))", "(= ws (bl-ws c))",
-                            "(= x (bl-x a))", "(= w (bl-w a))"),
-      ("(set (bl-xs a) (Cons (Unsqueeze x 0) xs 0))", "(set (bl-ws a) (Cons (Unsqueeze w 0) ws 0))"),
-      stage="seed", covers="batch_linear"),
-    D("batch-linear-bias-last", (*FIRST, "(= p (bl-last s))", "(= b (bl-b a))"),
-      ("(set (bl-bs a) (Cons (Unsqueeze b 0) (Nil) 0))",), stage="seed", covers="batch_linear"),
-    D("batch-linear-bias-cons", ("(= q (bl-next a))", "(= q (pos c))", "(= bs (bl-bs c))", "(= b (bl-b a))"),
-      ("(set (bl-bs a) (Cons (Unsqueeze b 0) bs 0))",), stage="seed", covers="batch_linear"),
+    D("batch-group-last", (*FIRST, "(= p (bl-last s))", "(= m (bl-idx a))"), ("(set (bl-size s) (+ m 1))",),
+      stage="seed", covers=GROUP),
+    *(rule for v in "xwb" for rule in (
+        D(f"batch-group-stack-{v}-last", (*FIRST, "(= p (bl-last s))", f"(= v (bl-{v} a))"),
+          (f"(set (bl-{v}s a) (Cons (Unsqueeze v 0) (Nil) 0))",), stage="seed", covers=GROUP),
+        D(f"batch-group-stack-{v}", ("(= q (bl-next a))", "(= q (pos c))", f"(= vs (bl-{v}s c))", f"(= v (bl-{v} a))"),
+          (f"(set (bl-{v}s a) (Cons (Unsqueeze v 0) vs 0))",), stage="seed", covers=GROUP))),
 ]
 
 
-def as_select_of(matmul: str, flag: int, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``matmul`` ([g, n, o])."""
-    query = ("(= s (bl-sig a))", f"(= s {SIG.format(flag)})", "(= m (bl-idx a))", "(= g (bl-size s))",
+def as_select_of(fused: str, form: int, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``fused`` ([g, n, o])."""
+    query = ("(= s (bl-sig a))", f"(= s {SIG.format(form)})", "(= m (bl-idx a))", "(= g (bl-size s))",
              "(> g 1)", "(= p (bl-first s))", "(= p (pos hd))", *(f"(= {v} (bl-{v} hd))" for v in lists))
-    actions = (f"(let r {matmul})", "(union a (Squeeze (Sl r 0 m 1) 0))", "(set (rank r) 3)",
+    actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", "(set (rank r) 3)",
                "(set (size r 0) g)", "(set (size r 1) n)", "(set (size r 2) o)", "(set (dtype r) dt)")
     return query, actions
 
@@ -131,10 +148,15 @@ def args(*items: str) -> str:
 
 
 WT = f"(Op {built('transpose', 1, 2)} {args('(Cat ws)')})"  # [g, o, i] -> [g, i, o]
+NORM = '(Op (+ k "-plain") ' + args("(Cat xs)") + ")"  # the group's layer norm without weights
 RULES += [
     D("batch-linear-as-select-of-baddbmm",
       *as_select_of(f"(Op {built('baddbmm')} {args('(Unsqueeze (Cat bs) 1)', '(Cat xs)', WT)})", 1,
                     ("xs", "ws", "bs")), stage="seed", covers="batch_linear"),
     D("batch-linear-as-select-of-bmm", *as_select_of(f"(Op {built('bmm')} {args('(Cat xs)', WT)})", 0, ("xs", "ws")),
       stage="seed", covers="batch_linear"),
+    D("batch-norm-as-select-of-addcmul",
+      *as_select_of(f"(Op {built('addcmul')} {args('(Unsqueeze (Cat bs) 1)', NORM, '(Unsqueeze (Cat ws) 1)')})", 2,
+                    ("xs", "ws", "bs")), stage="seed", covers="batch_layernorm"),
+    D("batch-norm-as-select-of-norm", *as_select_of(NORM, 3, ("xs",)), stage="seed", covers="batch_layernorm"),
 ]

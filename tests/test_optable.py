@@ -128,3 +128,18 @@ def test_built_calls_are_in_every_registry_under_their_keys():
     assert reg.key(optable.BUILT["bmm#"], True) == "bmm#0"  # graph calls are numbered from 0
     with pytest.raises(KeyError):
         optable.built("transpose", 0, 1)
+
+
+def test_layer_norm_calls_come_with_their_normalization_alone():
+    def fn(x, w, b):
+        return F.layer_norm(x, (8,), w, b), torch.layer_norm(x, (8,), weight=w, bias=b, cudnn_enable=True)
+
+    x, w, b = torch.randn(4, 8), torch.randn(8), torch.randn(8)
+    calls = translate(capture(Fn(fn), (x, w, b))).registry.calls
+    plain = [k for k in calls if k.endswith("-plain")]
+    assert len(plain) == 1  # of the positional call; the other is keyed as not a layer_norm rules know
+    assert any(k.startswith("layer_norm-as-written#") for k in calls)
+    graph = torch.fx.Graph()
+    out = calls[plain[0]].emit(graph, [graph.placeholder("x")])
+    graph.output(out)
+    torch.testing.assert_close(torch.fx.GraphModule({}, graph)(x), F.layer_norm(x, (8,)))

@@ -180,3 +180,88 @@ def test_linear_arguments_are_read_by_name_not_position():
 
     report, gm = check(fn, XS)
     assert _calls(gm, "baddbmm") == 1
+
+
+# Layer norms of one template on inputs of one shape (Optimus' batch_layernorm) ------------------
+
+
+class Norms(nn.Module):
+    """``n`` layer norms over the chunks of the input, the outputs concatenated."""
+
+    def __init__(self, n: int = 6, width: int = 8, affine: bool = True, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.norms = nn.ModuleList(nn.LayerNorm(width, elementwise_affine=affine, dtype=dtype) for _ in range(n))
+        for p in self.norms.parameters():
+            nn.init.normal_(p)  # weights and biases that differ per norm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([n(p) for n, p in zip(self.norms, x.chunk(len(self.norms), 1))], 1)
+
+
+XN = torch.randn(5, 48)
+
+
+def test_layer_norms_with_their_own_weights_become_one_norm_and_one_affine():
+    model = Norms()
+    report, gm = check(model, XN)
+    assert report.rules_fired["batch-norm-as-select-of-addcmul"] == 6
+    assert _calls(gm, "layer_norm") == 1 and _calls(gm, "addcmul") == 1
+    # stacks of the inputs, weights and biases, the norm and the affine replace six norms
+    assert launches(gm, XN) == 5 + 1 < launches(model, XN) == 6 + 1
+
+
+def test_layer_norms_without_weights_become_one_norm():
+    model = Norms(affine=False)
+    report, gm = check(model, XN)
+    assert report.rules_fired["batch-norm-as-select-of-norm"] == 6
+    assert _calls(gm, "layer_norm") == 1 and _calls(gm, "addcmul") == 0
+    assert launches(gm, XN) < launches(model, XN)
+
+
+def test_one_layer_norm_applied_to_several_inputs_is_fused_too():
+    norm = nn.LayerNorm(8)
+    nn.init.normal_(norm.weight)
+    report, gm = check(lambda *xs: [norm(x) for x in xs], *torch.randn(6, 5, 8).unbind())
+    assert _calls(gm, "layer_norm") == 1
+
+
+def test_layer_norms_over_both_dims_of_each_input_stay_exact():
+    def fn(x):
+        return torch.cat([F.layer_norm(p, p.shape) for p in x.chunk(6, 1)], 1)
+
+    report, gm = check(fn, XN)
+    assert report.rules_fired["batch-norm-as-select-of-norm"] == 6
+
+
+def test_fused_layer_norms_train_like_the_originals():
+    model, x = Norms(), torch.randn(5, 48, requires_grad=True)
+    gm, _ = optimize(model, (x,))
+    assert _calls(gm, "addcmul") == 1
+    grads = []
+    for fn in (model, gm):
+        model.zero_grad(set_to_none=True)
+        x.grad = None
+        (fn(x) * torch.arange(48.0)).sum().backward()
+        grads.append([x.grad, *(p.grad for p in model.parameters())])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+
+
+def test_layer_norms_that_differ_depend_or_round_are_not_fused():
+    class Mixed(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.eps = nn.ModuleList(nn.LayerNorm(8, eps=i / 10) for i in range(1, 7))  # six templates
+            self.chain = nn.Sequential(*(nn.LayerNorm(8) for _ in range(6)))  # each reads the last
+
+        def forward(self, x):
+            return [n(p) for n, p in zip(self.eps, x.chunk(6, 1))], self.chain(x[:, :8])
+
+    report, _ = check(Mixed(), XN)
+    assert "batch-norm-as-select-of-addcmul" not in report.rules_fired
+    half = Norms(dtype=torch.bfloat16)  # the affine after the norm would round once more
+    gm, report = optimize(half, (XN.bfloat16(),))
+    assert "batch-norm-member" not in report.rules_fired
+    report, _ = check(Norms(), torch.randn(2, 48, 8))  # [2, 8, 8] pieces: only [n, d] ones are stacked
+    assert "batch-norm-member" not in report.rules_fired
