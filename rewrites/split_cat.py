@@ -9,23 +9,33 @@ from optimus_egg.rewrites import Derive, Rule
 
 DECLARATIONS = """
 (constructor app (TList TList) TList)
-(relation adjacent (T T T i64 i64 i64))
+(relation run (TList TList T i64 i64 i64 i64))
+(relation cat-prefix (T TList T i64 i64 i64))
 (relation list-cell (TList T TList i64))
 (relation slice-in (T TList i64 i64 i64))
 """
 
 RULES = [
-    # adjacent p q x d s n: slices p, q of x are neighbours along d and together [s, s+n). Found
-    # on its own first: joined straight into the cat pattern, the same search is 5x slower.
-    # Empty pieces never merge: x = cat([x, empty]) puts x inside a cat of itself, and cat-of-cat
-    # then unrolls it into ever longer lists (the e-graph blows up; found by the fuzzer).
-    Derive("adjacent-slices", ("(= p (Sl x d s a))", "(= q (Sl x d s2 b))", "(= s2 (+ s a))", "(> a 0)", "(> b 0)"),
-           ("(adjacent p q x d s (+ a b))",)),
-    # Merged from the head of a cat only: a cat costs one kernel whatever its length, so a merged
-    # run pays off only when the whole list becomes one slice, and merging at every position
-    # would build a list form for every sub-run.
-    Derive("cat-adjacent-slices", ("(adjacent p q x d s n)", "(= t (Cat (Cons p (Cons q r d) d)))"),
-           ("(union t (Cat (Cons (Sl x d s n) r d)))",), covers="merge_getitem_cat_pass"),
+    # run l m x d s n c: the c list cells from l up to m (c a power of two) are slices of x along
+    # d, each next to the one before, together [s, s+n). Runs double (two runs of c cells that
+    # meet make one of 2c), so every run of a list is covered by log2(n) of them, found in log2(n)
+    # rounds with n log n rows (a chain of neighbouring pairs took two rounds per piece: an
+    # unbind/stack of 64 pieces overran 100 rounds).
+    # Empty pieces never start a run: x = cat([x, empty]) puts x inside a cat of itself, and
+    # cat-of-cat then unrolls it into ever longer lists (the e-graph blows up; found by the fuzzer).
+    Derive("slice-cell", ("(= l (Cons p m d))", "(= p (Sl x d s a))", "(> a 0)"), ("(run l m x d s a 1)",)),
+    Derive("adjacent-slices", ("(run l m x d s a c)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
+           ("(run l k x d s (+ a b) (* 2 c))",)),
+    # cat-prefix t m x d s n: cat t is cat([x[s:s+n] along d] + the list from m). Runs are merged
+    # from the head of a cat only: a cat costs one kernel whatever its length, so a merged run
+    # pays off only when the whole list becomes one slice, and merging at every position would
+    # build a list form for every sub-run. A prefix grows by whole runs (log2(n) rounds), and it
+    # belongs to the cat, not to a list form, so the merged forms add no prefixes of their own.
+    Derive("cat-prefix", ("(= t (Cat l))", "(run l m x d s n c)"), ("(cat-prefix t m x d s n)",)),
+    Derive("cat-prefix-grows", ("(cat-prefix t m x d s n)", "(run m k x d s2 b c)", "(= s2 (+ s n))"),
+           ("(cat-prefix t k x d s (+ n b))",)),
+    Derive("cat-adjacent-slices", ("(cat-prefix t m x d s n)",), ("(union t (Cat (Cons (Sl x d s n) m d)))",),
+           covers="merge_getitem_cat_pass"),
     # A cat inside a cat along the same dim is its pieces in place (lists along a dim are the
     # contents of a cat; argument lists use dim -1 and never match). app appends two lists.
     Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "(app (Cons h t d) r)", ("(>= d 0)",)),

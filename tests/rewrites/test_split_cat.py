@@ -138,6 +138,19 @@ def test_a_slice_across_two_cat_pieces_keeps_the_cat():
     assert launches(gm, a, b) == 4  # relu, exp, cat, add
 
 
+def test_long_runs_of_pieces_merge_within_the_default_budget():
+    # Found by the fuzzer: neighbouring pieces merged one pair per two rounds, so 64 pieces did
+    # not reach the identity within the default 100 rounds. Runs now double.
+    x, y = torch.randn(64, 3, 2), torch.randn(3, 64, 2)
+    for fn, x in ((lambda x: torch.stack(torch.unbind(x, 0), 0) * 2, x),
+                  (lambda x: torch.cat(torch.split(x, 1, 0), 0) * 2, x),
+                  (lambda x: torch.stack(torch.unbind(x, 0)[:63], 0) * 2, x),  # a run that is not all of x
+                  (lambda y: torch.cat(torch.unbind(y, 1), 1) * 2, y)):  # a flattened view
+        report, gm = check(fn, x)
+        assert report.stop_reason == "saturated" and report.iterations < 100, report.summary()
+        assert launches(gm, x) == launches(fn, x) - 1  # the stack or cat is gone
+
+
 def test_adjacent_slices_after_another_piece_keep_the_cat():
     x, y = torch.randn(4, 12), torch.randn(4, 3)
     report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 4:12]], 1), x, y)
