@@ -18,7 +18,6 @@ FAMILIES = families()
 #: Families optimus_egg does not simplify yet (parity gaps), each with what is missing.
 GAPS = {
     "family_einsum": "no rule rewrites einsum('bcd,bcde->bce') as a broadcast multiply and a sum",
-    "family_batch_layernorm": "LayerNorms over the pieces of a split are not fused",
 }
 
 #: Families whose simplification is fewer cat/stack inputs (one cat either way, so eager
