@@ -467,6 +467,15 @@ def built(name: str, *constants: Any) -> str:
     return f'"{key}"'
 
 
+def _plain_unary(call: Call) -> bool:
+    """An elementwise op of its tensor alone (``inplace=False`` aside): every spelling of it in
+    the op table (``torch.X``, ``F.X``, ``Tensor.X``) computes the same."""
+    if call.constructor != "Unary":
+        return False
+    args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+    return args == [Slot(0)] and kwargs in ({}, {"inplace": False})
+
+
 def _plain_layer_norm(call: Call) -> Call | None:
     """``layer_norm(x, shape, w, b, eps)`` without ``w`` and ``b`` (positional calls only, where
     slots 1 and 2 are the weight and the bias): the normalization alone; a call of ``x`` alone is
@@ -499,6 +508,8 @@ class Registry:
     def key(self, call: Call, shareable: bool) -> str:
         identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
                     tuple(repr(x) for x in call.leaves), call.device)
+        if _plain_unary(call):  # torch.relu(x), F.relu(x), x.relu(): one op, one key
+            identity = ("Unary", call.name, call.device)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
         n = len(self.calls) - len(BUILT)

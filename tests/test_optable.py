@@ -143,3 +143,21 @@ def test_layer_norm_calls_come_with_their_normalization_alone():
     out = calls[plain[0]].emit(graph, [graph.placeholder("x")])
     graph.output(out)
     torch.testing.assert_close(torch.fx.GraphModule({}, graph)(x), F.layer_norm(x, (8,)))
+
+
+def test_every_spelling_of_an_elementwise_op_computes_the_same():
+    """Plain calls of one elementwise op share a key whatever their spelling (torch.relu,
+    F.relu, Tensor.relu): they must compute the same, NaNs included."""
+    x = torch.randn(64) * 3
+    for op in optable.OPS:
+        if op.kind is not optable.Kind.POINTWISE:
+            continue
+        outs = []
+        for target in op.targets:
+            try:
+                outs.append(getattr(x, target)() if isinstance(target, str) else target(x))
+            except (TypeError, RuntimeError):  # needs more arguments (binary ops, clamp without bounds)
+                continue
+        outs = [out for out in outs if isinstance(out, torch.Tensor)]  # (not NotImplemented)
+        for out in outs[1:]:
+            torch.testing.assert_close(out, outs[0], rtol=0, atol=0, equal_nan=True, msg=op.name)

@@ -6,7 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from optimus_egg import optimize
-from tests.helpers import check, launches
+from tests.helpers import Fn, check, launches
 
 
 class Towers(nn.Module):
@@ -265,3 +265,27 @@ def test_layer_norms_that_differ_depend_or_round_are_not_fused():
     assert "batch-norm-member" not in report.rules_fired
     report, _ = check(Norms(), torch.randn(2, 48, 8))  # [2, 8, 8] pieces: only [n, d] ones are stacked
     assert "batch-norm-member" not in report.rules_fired
+
+
+# Elementwise ops of one kind on independent tensors that one cat reads -----------------------------
+
+
+def test_one_elementwise_op_spelled_several_ways_moves_out_of_the_cat():
+    xs = torch.randn(4, 5, 3).unbind()
+
+    def fn(a, b, c, d):
+        return torch.cat([torch.relu(a), F.relu(b), c.relu(), F.relu(d, inplace=False)], 1)
+
+    report, gm = check(fn, *xs)
+    assert report.rules_fired["unary-out-of-cat"] >= 1
+    assert launches(gm, *xs) == 2 < launches(Fn(fn), *xs) == 5  # one cat, one relu
+
+
+def test_elementwise_ops_that_differ_stay_in_the_cat():
+    xs = torch.randn(3, 5, 3).unbind()
+
+    def fn(a, b, c):
+        return torch.cat([a.clamp(-1, 1), b.clamp(-2, 2), F.leaky_relu(c, 0.2)], 1)
+
+    report, gm = check(fn, *xs)
+    assert "unary-out-of-cat" not in report.rules_fired
