@@ -99,7 +99,8 @@ def side_by_side(results: dict[str, Any]) -> str:
         optimus = by.get("inductor+optimus")
         passes = (optimus or {}).get("details", {}).get("optimus_passes", {})
         fired = [p for p in TARGETS.get(model, ()) if passes.get(p)]
-        cells.append(", ".join(fired) if fired else ("**none**" if model in TARGETS and optimus else "-"))
+        matched = model in TARGETS and optimus and not optimus["error"]  # a failed compile counts nothing
+        cells.append(", ".join(fired) if fired else ("**none**" if matched else "-"))
         cells += [_verdict(optimus), _verdict(egg), "**" + "; ".join(above) + "**" if above else "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
