@@ -1,52 +1,173 @@
 """Measure the cruft chain against its clean twin: ``python -m optimus_egg.bench.chain 100``.
 
-Prints eager launches before/after ``optimize`` (and the twin's floor), the optimizer's phases,
-and Inductor kernel objects and compile time for ``inductor`` vs ``optimus_egg`` in inference
-and one training step (FX graph cache off, so every compile is real).
+Prints eager launches before/after ``optimize`` (and the twin's floor) and the optimizer's
+phases; then, in inference and one training step (forward, ``sum`` of the output, backward),
+``inductor`` on the twin against ``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds
+``inductor`` on the cruft chain: 30-50 s per compile at N = 100):
+
+- compile time, split into Dynamo's capture of the model (tracing and guards: not the
+  optimizer's, but the user waits for it), ``optimus_egg``'s rewrite, Inductor (AOTAutograd,
+  lowering, C++ codegen; in training with the backward Inductor compiles lazily at the first
+  backward), and the rest of the first step (running it). Phases come from Dynamo's own timers
+  (``torch._dynamo.utils.compilation_time_metrics``) and the backend's reports. Every compile is
+  real (FX-graph and AOTAutograd caches off, the optimizer's cache cleared); C++ kernels are
+  built once in a warm-up round and reused from Inductor's on-disk cache by both columns
+  (``--cold``: a fresh cache per compile, so each pays its C++ builds). Median of ``--reps``
+  rounds, each compiling every column once in a rotating order; also the CPU seconds (this
+  process and its compile workers), which machine load disturbs less than wall time;
+- step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
 """
 
 from __future__ import annotations
 
 import argparse
+import statistics
 import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
+from optimus_egg import cache
 from optimus_egg.backend import REPORTS
+from optimus_egg.bench.device import Device
+from optimus_egg.bench.harness import (
+    Settings,
+    compare,
+    cpu_seconds,
+    interleaved_times,
+    make_step,
+    measured_compile,
+    snapshot,
+    warm_up,
+)
 from optimus_egg.bench.models import chain
 from optimus_egg.counting import eager_launches
 from optimus_egg.pipeline import Options, capture, optimize_graph
 
+CPU = Device("cpu")
 
-def compile_step(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: str, train: bool
-                 ) -> tuple[int, float, bool]:
+
+@dataclass(frozen=True)
+class CompileTimes:
+    """Seconds from ``torch.compile`` to the end of the first step, by who spent them."""
+
+    capture: float  # Dynamo: tracing the model, building guards
+    optimize: float  # optimus_egg's rewrite of Dynamo's graph (0 for plain Inductor)
+    inductor: float  # AOTAutograd + Inductor, forward and (training) the lazy backward compile
+    first_run: float  # the rest: running the first step
+    total: float
+    cpu: float  # CPU seconds of this process and its compile workers over the same span
+
+    @classmethod
+    def median(cls, samples: Sequence[CompileTimes]) -> CompileTimes:
+        return cls(**{f.name: statistics.median(getattr(s, f.name) for s in samples) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class Column:
+    label: str
+    model: torch.nn.Module
+    backend: str
+
+
+def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: str, train: bool,
+                  cold: bool = False) -> tuple[CompileTimes, Callable[[], Any], Any, int]:
+    """Compile ``model`` with ``backend`` and run its first step (``harness.make_step``).
+
+    Returns the phases, the step, what the first step returned and Inductor's kernel objects.
+    """
+    from torch._dynamo.utils import compilation_time_metrics as timers
     from torch._inductor import metrics
 
     torch._dynamo.reset()
-    metrics.reset()
+    cache.clear()
+    REPORTS.clear()
+    timers.clear()
     model.zero_grad(set_to_none=True)
-    start = time.perf_counter()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch.set_grad_enabled(train):
-        out = torch.compile(model, backend=backend)(*inputs)
-        if train:
-            out.sum().backward()
-    seconds = time.perf_counter() - start
-    grads = [p.grad for p in model.parameters()] if train else []
-    model.zero_grad(set_to_none=True)
-    with torch.set_grad_enabled(train):
-        ref = model(*inputs)
-        if train:
-            ref.sum().backward()
-    ok = torch.allclose(out, ref, atol=1e-5) and all(
-        torch.allclose(g, p.grad, atol=1e-5) for g, p in zip(grads, model.parameters()))
-    return metrics.generated_kernel_count, seconds, ok
+    with measured_compile(cold):
+        cpu, start = cpu_seconds(), time.perf_counter()
+        step = make_step(torch.compile(model, backend=backend, fullgraph=True), model, inputs, train)
+        out = step()
+        total, cpu = time.perf_counter() - start, cpu_seconds() - cpu
+        kernels = metrics.generated_kernel_count
+
+    def spent(name: str) -> float:
+        return sum(timers.get(name, ()))
+
+    dynamo, backend_call = spent("_compile.compile_inner"), spent("OutputGraph.call_user_compiler")
+    optimize = sum(r.total_seconds for r in REPORTS)
+    inductor = backend_call - optimize + spent("backward._backward_impl")
+    capture_s = dynamo - backend_call
+    times = CompileTimes(capture_s, optimize, inductor, total - capture_s - optimize - inductor, total, cpu)
+    return times, step, out, kernels
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
+                  cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str]]:
+    """Median compile phases per column over ``reps`` rounds (after one warm-up round that
+    builds every column's C++ kernels, unless ``cold``), the last round's steps, and per column
+    its kernel objects and whether its first step matched eager."""
+    refs = {c.label: snapshot(make_step(c.model, c.model, inputs, train)(), c.model, train) for c in columns}
+    samples: dict[str, list[CompileTimes]] = {c.label: [] for c in columns}
+    steps: dict[str, Callable[[], Any]] = {}
+    notes: dict[str, str] = {}
+    for r in range(reps + (0 if cold else 1)):
+        for c in columns[r % len(columns):] + columns[:r % len(columns)]:
+            times, steps[c.label], out, kernels = timed_compile(c.model, inputs, c.backend, train, cold)
+            ok, _ = compare(snapshot(out, c.model, train), refs[c.label], rtol=1e-4, atol=1e-5)
+            notes[c.label] = f"{kernels} kernel objects, {'equal to' if ok else 'DIFFERS from'} eager"
+            if cold or r > 0:
+                samples[c.label].append(times)
+    return {k: CompileTimes.median(v) for k, v in samples.items()}, steps, notes
+
+
+def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
+               step_reps: int, cold: bool) -> None:
+    mode = "training" if train else "inference"
+    times, steps, notes = compile_table(columns, inputs, train, reps, cold)
+    cache_note = "fresh Inductor cache per compile" if cold else "C++ kernels cached by a warm-up round"
+    print(f"N={n} {mode}: compile + first step, median of {reps} rounds ({cache_note}; FX-graph and "
+          f"AOTAutograd caches off; {torch.get_num_threads()} threads), seconds")
+    print(f"  {'column':24} {'capture':>8} {'optimize':>9} {'inductor':>9} {'1st run':>8} {'total':>7} "
+          f"{'× twin':>7} {'cpu s':>6}")
+    base = times[columns[0].label]
+    for c in columns:
+        t = times[c.label]
+        print(f"  {c.label:24} {t.capture:8.2f} {t.optimize:9.2f} {t.inductor:9.2f} {t.first_run:8.2f} "
+              f"{t.total:7.2f} {t.total / base.total:7.2f} {t.cpu:6.2f}   {notes[c.label]}")
+    twin, cruft = times[columns[0].label], times[columns[1].label]
+    floor = cruft.capture + twin.inductor + twin.first_run
+    print(f"  {columns[1].label} if the rewrite took no time and Inductor as long as on the twin: "
+          f"{floor:.2f}s = {floor / twin.total:.2f}× twin (Dynamo's capture of the cruft chain alone: "
+          f"{cruft.capture / twin.total:.2f}× the twin's whole compile)")
+    step_s = interleaved_times(steps, CPU, Settings(reps=step_reps))
+    base_s = step_s[columns[0].label]
+    print(f"  step time, median of {step_reps} interleaved rounds: " + ", ".join(
+        f"{label} {s * 1e3:.3f} ms ({s / base_s:.2f}× twin)" for label, s in step_s.items()))
+    for c in columns:
+        c.model.zero_grad(set_to_none=True)
+    torch._dynamo.reset()
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("blocks", type=int, nargs="+")
     parser.add_argument("--no-compile", action="store_true", help="only time optimize()")
-    args = parser.parse_args()
+    parser.add_argument("--reps", type=int, default=3, help="compile rounds (median)")
+    parser.add_argument("--step-reps", type=int, default=30, help="interleaved step-timing rounds (median)")
+    parser.add_argument("--modes", default="inference,training")
+    parser.add_argument("--cruft-inductor", action="store_true", help="also plain inductor on the cruft chain")
+    parser.add_argument("--cold", action="store_true", help="a fresh Inductor cache per compile")
+    parser.add_argument("--threads", type=int, help="torch.set_num_threads (on a loaded machine, 1 avoids "
+                        "OpenMP threads waiting on each other in every C++ kernel)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not set(modes) <= {"inference", "training"}:
+        parser.error("--modes takes inference and/or training")
     for n in args.blocks:
         model, inputs = chain(n)()
         twin, _ = chain(n, clean=True)()
@@ -57,14 +178,12 @@ def main() -> None:
               f"iterations ({report.stop_reason}); optimize {report.total_seconds:.2f}s ({phases})")
         if args.no_compile:
             continue
-        for train in (False, True):
-            for name, m, backend in (("cruft", model, "inductor"), ("cruft", model, "optimus_egg"),
-                                     ("twin", twin, "inductor")):
-                REPORTS.clear()
-                kernels, seconds, ok = compile_step(m, inputs, backend, train)
-                opt = sum(r.total_seconds for r in REPORTS)
-                print(f"  {'training' if train else 'inference':9} {name:5} {backend:11}: kernel objects "
-                      f"{kernels}, compile+step {seconds:.1f}s (optimize {opt:.2f}s), equal to eager {ok}")
+        warm_up(CPU)
+        columns = [Column("twin inductor", twin, "inductor"), Column("cruft optimus_egg", model, "optimus_egg")]
+        if args.cruft_inductor:
+            columns.append(Column("cruft inductor", model, "inductor"))
+        for mode in modes:
+            print_mode(n, columns, inputs, mode == "training", args.reps, args.step_reps, args.cold)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,42 @@
+"""The chain benchmark: compile phases add up, the optimizer's share is its own, and the command
+prints the breakdown. Backends here are Dynamo's ``eager``/``aot_eager`` (no Inductor compile);
+speed itself is measured by running the benchmark, not here."""
+
+import pytest
+import torch
+from optimus_egg.bench import chain as bench
+from optimus_egg.bench.models import chain
+
+
+@pytest.mark.parametrize("train", [False, True])
+def test_timed_compile_splits_the_whole_span(train):
+    model, inputs = chain(2)()
+    times, step, out, _ = bench.timed_compile(model, inputs, "aot_eager", train)
+    assert times.capture > 0 and times.inductor > 0 and times.optimize == 0
+    assert times.capture + times.inductor <= times.total
+    assert times.first_run == pytest.approx(times.total - times.capture - times.inductor)
+    torch.testing.assert_close(out, model(*inputs))
+    step()  # the compiled step runs again
+
+
+def test_median_is_per_phase():
+    a, b, c = (bench.CompileTimes(x, 0, 2 * x, 0, 3 * x, x) for x in (1.0, 5.0, 2.0))
+    assert bench.CompileTimes.median([a, b, c]) == c
+
+
+def test_command_prints_launches_compile_phases_and_step_time(capsys, monkeypatch):
+    backends = iter(["eager", "aot_eager"])
+    real = bench.Column
+
+    def column(label, model, backend):  # keep Inductor out of the suite: cheap Dynamo backends
+        return real(label, model, next(backends) if label != "cruft inductor" else "eager")
+
+    monkeypatch.setattr(bench, "Column", column)
+    monkeypatch.setattr(bench, "warm_up", lambda device: None)
+    bench.main(["3", "--reps", "1", "--step-reps", "2", "--modes", "inference"])
+    out = capsys.readouterr().out
+    # 3 blocks of 8 pointwise ops, 2 cats and a Linear; the twin: one op and a Linear per block
+    assert f"eager launches {3 * (8 + 2 + 1)} → {3 * 2} (twin {3 * 2})" in out
+    assert "capture  optimize  inductor" in out and "× twin" in out
+    assert "cruft optimus_egg" in out and "equal to eager" in out and "DIFFERS" not in out
+    assert "step time, median of 2 interleaved rounds" in out
