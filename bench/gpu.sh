@@ -25,6 +25,11 @@ if compgen -G ".whl/*.whl" > /dev/null; then
     export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
 fi
 
+# The copy below has no git: the report names the revision from here (or from the caller's
+# OPTIMUS_EGG_REVISION where this checkout is itself a copy).
+OPTIMUS_EGG_REVISION=${OPTIMUS_EGG_REVISION:-$(git describe --always --dirty 2>/dev/null || true)}
+export OPTIMUS_EGG_REVISION
+
 # The installed layout (pyproject's package-dir): rewrites/, extract/, bench/ live inside the package.
 pkg=$(mktemp -d)
 trap 'rm -rf "$pkg"' EXIT

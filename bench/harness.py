@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import datetime
 import logging
+import os
 import platform
 import statistics
 import sys
@@ -405,7 +406,6 @@ def cpu_seconds() -> float:
     compilers they run), finished or not: on a machine shared with other work, wall time
     overstates what the run costs; this does not. Linux reads /proc; elsewhere only this
     process and its finished children are counted."""
-    import os
     import resource
 
     try:
@@ -427,9 +427,12 @@ def cpu_seconds() -> float:
 
 
 def revision() -> str | None:
-    """``git describe`` of the checkout this package runs from (``-dirty``: uncommitted edits)."""
+    """``git describe`` of the checkout this package runs from (``-dirty``: uncommitted edits), or
+    ``$OPTIMUS_EGG_REVISION`` where it runs from a copy without git (bench/gpu.sh sets it)."""
     import subprocess
 
+    if os.environ.get("OPTIMUS_EGG_REVISION"):
+        return os.environ["OPTIMUS_EGG_REVISION"]
     try:
         out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent, timeout=10)
@@ -439,8 +442,6 @@ def revision() -> str | None:
 
 
 def machine(device: Device) -> dict[str, Any]:
-    import os
-
     info = {"device": device.type, "name": device.describe(), "platform": platform.platform(),
             "python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
             "threads": torch.get_num_threads()}

@@ -118,3 +118,10 @@ def test_end_to_end_writes_json_markdown_and_plots(tmp_path):
 
     for name in ("kernels.png", "step_time.png"):
         assert matplotlib.image.imread(tmp_path / name).shape[2] in (3, 4)
+
+
+def test_revision_comes_from_the_environment_where_there_is_no_git(monkeypatch):
+    monkeypatch.setenv("OPTIMUS_EGG_REVISION", "abc1234")
+    assert harness.revision() == "abc1234"
+    monkeypatch.delenv("OPTIMUS_EGG_REVISION")
+    assert harness.revision() != "abc1234"
