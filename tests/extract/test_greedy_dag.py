@@ -48,3 +48,33 @@ def test_one_op_that_several_outputs_are_views_of_is_built_when_it_costs_less():
     graph, roots = _sharing_graph(), [4, 5, 6]
     ex = extract(graph, roots, ilp_cost)
     assert ex.cost == 2 and all(graph.nodes[ex.choice[c]].op == "Sl" for c in roots)
+
+
+def _fusible(*extra):
+    """``_sharing_graph`` (three matmuls, or slices of one fused matmul: 3 kernels apart, 2 fused)
+    with ``extra`` nodes."""
+    from tests.extract.test_ilp import _sharing_graph
+
+    return frozen([*_sharing_graph().nodes, *extra])
+
+
+def test_a_fused_op_is_never_built_from_its_own_members():
+    # the fused class also equals a cat of the three members (as a stack of the members' own
+    # outputs can): one kernel, but only by computing the members first
+    from tests.extract.test_ilp import cost as ilp_cost
+
+    graph = _fusible(ENode("Nil", (), 30), ENode("Cons", (6, 30, 1), 31), ENode("Cons", (5, 31, 1), 32),
+                     ENode("Cons", (4, 32, 1), 33), ENode("Op", ("cat", 33), 8),
+                     ENode("Sl", (8, 1, 0, 12), 8))  # and a full slice of itself, as slice-full makes it
+    ex = extract(graph, [4, 5, 6], ilp_cost)
+    assert ex.cost == 2 and graph.nodes[ex.choice[8]].op == "Binary"
+
+
+def test_views_of_each_other_never_stand_in_for_a_class():
+    # class 10 = g(x), or a view of 11; 11 and 13 are only views of each other (no term)
+    from tests.extract.test_ilp import cost as ilp_cost
+
+    graph = _fusible(ENode("Unary", ("g", 0), 10), ENode("Sl", (11, 0, 0, 1), 10), ENode("Sl", (13, 0, 0, 1), 11),
+                     ENode("Sl", (11, 0, 0, 1), 13), ENode("Unary", ("f", 10), 12))
+    ex = extract(graph, [4, 5, 6, 12], ilp_cost)
+    assert ex.cost == 2 + 2 and graph.nodes[ex.choice[10]].op == "Unary"
