@@ -77,6 +77,27 @@ class Budget:
     max_seconds: float = 10.0
 
 
+class _Clock:
+    """Saturation's deadline, and the time the next round is expected to take: the last one's,
+    scaled by how much the e-graph grew since (a round's time grows with the e-graph)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.deadline = deadline
+        self._last: tuple[float, int] | None = None  # (seconds, e-nodes before it) of the last round
+
+    def out(self, ahead: float = 0.0) -> bool:
+        return time.perf_counter() + ahead > self.deadline
+
+    def predict(self, enodes: int) -> float:
+        if self._last is None:
+            return 0.0
+        seconds, then = self._last
+        return seconds * max(1.0, enodes / max(then, 1))
+
+    def ran(self, seconds: float, enodes: int) -> None:
+        self._last = (seconds, enodes)
+
+
 @dataclass
 class SaturationStats:
     iterations: int = 0
@@ -115,6 +136,7 @@ class EGraph:
         self._heights: dict[Term, int] = {}  # see _number
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
         self._seed_matches: dict[str, int] = {}  # reported with saturation's
+        self._load_seconds = 0.0  # what the first round is expected to take (see saturate)
 
     def _run(self, *texts: str) -> list[Any]:
         program = "\n".join(texts)
@@ -144,7 +166,9 @@ class EGraph:
                     with open(path, "w") as f:
                         f.write("\n".join(rows) + "\n")
                     inputs.append(f'(input {name} "{path}")')
+            began = time.perf_counter()
             self._run(*inputs, f"(run {_LOAD} 1)")
+            self._load_seconds += time.perf_counter() - began
         self._check_rows()
         _count(self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report, self._seed_matches)
         return self._ids
@@ -193,30 +217,48 @@ class EGraph:
 
     def saturate(self, budget: Budget) -> SaturationStats:
         """Simplify to a fixpoint (facts settled before every round), then one expand round, and
-        again, until nothing changes or the budget is spent. Each round is an iteration."""
+        again, until nothing changes or the budget is spent. Each round is an iteration.
+
+        egglog cannot interrupt a command (one round), so a round is not started when the last
+        one, scaled by the e-graph's growth since, would end past the time limit: what is left of
+        an overrun is a round that takes longer than predicted. The first round settles the facts
+        of every loaded term: it is expected to take what loading them took (measured on the chain
+        benchmark: 0.15 s vs 0.14 s at N=600, 0.013 s vs 0.014 s at N=100)."""
         stats = SaturationStats(rule_matches=dict(self._seed_matches))
         start = time.perf_counter()
+        clock = _Clock(start + budget.max_seconds)
+        stats.enodes = self.enode_count()
+        clock.ran(self._load_seconds, stats.enodes)
         while True:
             if stats.iterations >= budget.max_iterations:
                 stats.stop_reason = f"iteration limit ({budget.max_iterations})"
                 break
-            updated = self._round(_SIMPLIFY, stats) or self._round(_EXPAND, stats)
+            updated = self._round(_SIMPLIFY, stats, clock)
+            if updated is False:
+                updated = self._round(_EXPAND, stats, clock)
             stats.enodes = self.enode_count()
+            if updated is None:
+                stats.stop_reason = f"time limit ({budget.max_seconds} s)"
+                break
             if not updated:
                 stats.saturated, stats.stop_reason = True, "saturated"
                 break
             if stats.enodes > budget.max_enodes:
                 stats.stop_reason = f"e-node limit ({budget.max_enodes})"
                 break
-            if time.perf_counter() - start > budget.max_seconds:
-                stats.stop_reason = f"time limit ({budget.max_seconds} s)"
-                break
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _round(self, ruleset: str, stats: SaturationStats) -> bool:
-        """Settle the facts, run ``ruleset`` once; whether anything changed."""
+    def _round(self, ruleset: str, stats: SaturationStats, clock: "_Clock") -> bool | None:
+        """Settle the facts, run ``ruleset`` once; whether anything changed (None: no time left).
+
+        One command: the analysis run from Python one iteration at a time (to read the clock in
+        between) made saturation 35% slower on the chain benchmark (N=600)."""
+        if clock.out(clock.predict(stats.enodes)):
+            return None
+        began = time.perf_counter()
         report = self._run(f"(run-schedule (seq (saturate (run {_ANALYSIS})) (run {ruleset})))")[0].report
+        clock.ran(time.perf_counter() - began, stats.enodes)
         stats.iterations += 1
         _count(report, stats.rule_matches)
         return report.updated
