@@ -104,13 +104,27 @@ def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], back
     return times, step, out, kernels
 
 
+def capture_cpu(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], train: bool) -> float:
+    """CPU seconds of Dynamo's capture alone (a backend that runs the captured graph as it is):
+    the part of every backend's compile no graph rewrite can shorten. CPU time, because on a
+    loaded machine wall time of the same capture varied 2× between runs."""
+    torch._dynamo.reset()
+    start = time.process_time()
+    with torch.set_grad_enabled(train):
+        torch.compile(model, backend=lambda gm, example_inputs: gm.forward, fullgraph=True)(*inputs)
+    return time.process_time() - start
+
+
 def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
-                  cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str]]:
+                  cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str],
+                                       dict[str, float]]:
     """Median compile phases per column over ``reps`` rounds (after one warm-up round that
-    builds every column's C++ kernels, unless ``cold``), the last round's steps, and per column
-    its kernel objects and whether its first step matched eager."""
+    builds every column's C++ kernels, unless ``cold``), the last round's steps (the harness's
+    warm-up recompiles those Dynamo has dropped since), per column its kernel objects and
+    whether its first step matched eager, and the median CPU seconds of its capture alone."""
     refs = {c.label: snapshot(make_step(c.model, c.model, inputs, train)(), c.model, train) for c in columns}
     samples: dict[str, list[CompileTimes]] = {c.label: [] for c in columns}
+    captures: dict[str, list[float]] = {c.label: [] for c in columns}
     steps: dict[str, Callable[[], Any]] = {}
     notes: dict[str, str] = {}
     for r in range(reps + (0 if cold else 1)):
@@ -120,13 +134,15 @@ def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], t
             notes[c.label] = f"{kernels} kernel objects, {'equal to' if ok else 'DIFFERS from'} eager"
             if cold or r > 0:
                 samples[c.label].append(times)
-    return {k: CompileTimes.median(v) for k, v in samples.items()}, steps, notes
+                captures[c.label].append(capture_cpu(c.model, inputs, train))
+    return ({k: CompileTimes.median(v) for k, v in samples.items()}, steps, notes,
+            {k: statistics.median(v) for k, v in captures.items()})
 
 
 def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
                step_reps: int, cold: bool) -> None:
     mode = "training" if train else "inference"
-    times, steps, notes = compile_table(columns, inputs, train, reps, cold)
+    times, steps, notes, captures = compile_table(columns, inputs, train, reps, cold)
     cache_note = "fresh Inductor cache per compile" if cold else "C++ kernels cached by a warm-up round"
     print(f"N={n} {mode}: compile + first step, median of {reps} rounds ({cache_note}; FX-graph and "
           f"AOTAutograd caches off; {torch.get_num_threads()} threads), seconds")
@@ -137,11 +153,15 @@ def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ..
         t = times[c.label]
         print(f"  {c.label:24} {t.capture:8.2f} {t.optimize:9.2f} {t.inductor:9.2f} {t.first_run:8.2f} "
               f"{t.total:7.2f} {t.total / base.total:7.2f} {t.cpu:6.2f}   {notes[c.label]}")
-    twin, cruft = times[columns[0].label], times[columns[1].label]
-    floor = cruft.capture + twin.inductor + twin.first_run
-    print(f"  {columns[1].label} if the rewrite took no time and Inductor as long as on the twin: "
-          f"{floor:.2f}s = {floor / twin.total:.2f}× twin (Dynamo's capture of the cruft chain alone: "
-          f"{cruft.capture / twin.total:.2f}× the twin's whole compile)")
+    twin, cruft = (columns[0].label, times[columns[0].label]), (columns[1].label, times[columns[1].label])
+    floor = cruft[1].capture + twin[1].inductor + twin[1].first_run
+    print(f"  {cruft[0]} if the rewrite took no time and Inductor as long as on the twin: {floor:.2f}s = "
+          f"{floor / twin[1].total:.2f}× twin (Dynamo's capture of the cruft chain alone: "
+          f"{cruft[1].capture / twin[1].total:.2f}× the twin's whole compile)")
+    cpu_floor = captures[cruft[0]] - captures[twin[0]] + twin[1].cpu
+    print(f"  in CPU seconds: capture alone {captures[cruft[0]]:.2f} ({cruft[0]}) vs {captures[twin[0]]:.2f} "
+          f"({twin[0]}); with a free rewrite {cpu_floor:.2f} = {cpu_floor / twin[1].cpu:.2f}× the twin's "
+          f"{twin[1].cpu:.2f}")
     step_s = interleaved_times(steps, CPU, Settings(reps=step_reps))
     base_s = step_s[columns[0].label]
     print(f"  step time, median of {step_reps} interleaved rounds: " + ", ".join(

@@ -39,4 +39,5 @@ def test_command_prints_launches_compile_phases_and_step_time(capsys, monkeypatc
     assert f"eager launches {3 * (8 + 2 + 1)} → {3 * 2} (twin {3 * 2})" in out
     assert "capture  optimize  inductor" in out and "× twin" in out
     assert "cruft optimus_egg" in out and "equal to eager" in out and "DIFFERS" not in out
+    assert "in CPU seconds: capture alone" in out and "with a free rewrite" in out
     assert "step time, median of 2 interleaved rounds" in out
