@@ -151,6 +151,17 @@ def test_long_runs_of_pieces_merge_within_the_default_budget():
         assert launches(gm, x) == launches(fn, x) - 1  # the stack or cat is gone
 
 
+def test_pieces_of_a_long_cat_are_found_within_the_default_budget():
+    # The walk to the piece a slice of a cat reads took one round per piece: the last of 128
+    # pieces of a stack (or cat) split again was not reached within 100 rounds. Spans double.
+    xs = [torch.randn(3, 2) for _ in range(128)]
+    for fn in (lambda *xs: torch.stack(torch.unbind(torch.stack(xs, 0), 0)[::-1], 1),
+               lambda *xs: torch.cat(torch.split(torch.cat(xs, 0), 3, 0)[::-1], 1)):
+        report, gm = check(fn, *xs)
+        assert report.stop_reason == "saturated" and report.iterations < 100, report.summary()
+        assert launches(gm, *xs) == 1  # the inputs stacked (or concatenated) once, in reverse
+
+
 def test_adjacent_slices_after_another_piece_keep_the_cat():
     x, y = torch.randn(4, 12), torch.randn(4, 3)
     report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 4:12]], 1), x, y)
