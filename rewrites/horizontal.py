@@ -119,11 +119,12 @@ RULES += [
       covers=GROUP),
     D("batch-group-index", ("(= m (bl-idx a))", "(= q (bl-next a))", "(= q (pos c))"),
       ("(set (bl-idx c) (+ m 1))",), stage="seed", covers=GROUP),
-    # The group's size, and the stacked inputs, weights and biases from each member to its end.
+    # The group's size, and the stacked inputs, weights and biases from each member to its end
+    # (groups of one get none: their stacks would only be new terms for other rules to chase).
     D("batch-group-last", (*FIRST, "(= p (bl-last s))", "(= m (bl-idx a))"), ("(set (bl-size s) (+ m 1))",),
       stage="seed", covers=GROUP),
     *(rule for v in "xwb" for rule in (
-        D(f"batch-group-stack-{v}-last", (*FIRST, "(= p (bl-last s))", f"(= v (bl-{v} a))"),
+        D(f"batch-group-stack-{v}-last", (*FIRST, "(= p (bl-last s))", "(> (bl-size s) 1)", f"(= v (bl-{v} a))"),
           (f"(set (bl-{v}s a) (Cons (Unsqueeze v 0) (Nil) 0))",), stage="seed", covers=GROUP),
         D(f"batch-group-stack-{v}", ("(= q (bl-next a))", "(= q (pos c))", f"(= vs (bl-{v}s c))", f"(= v (bl-{v} a))"),
           (f"(set (bl-{v}s a) (Cons (Unsqueeze v 0) vs 0))",), stage="seed", covers=GROUP))),

@@ -289,3 +289,17 @@ def test_elementwise_ops_that_differ_stay_in_the_cat():
 
     report, gm = check(fn, *xs)
     assert "unary-out-of-cat" not in report.rules_fired
+
+
+def test_lone_linears_add_no_rounds_to_saturation():
+    # Regression: every linear was a group of one whose stacked input, weight and bias (new
+    # Unsqueeze terms) the pointwise rules then chased up the cruft chain, one block per five
+    # rounds (82 rounds instead of 18 at 100 blocks; the round limit at 300).
+    from optimus_egg.bench.models import chain
+
+    model, inputs = chain(12)()
+    _, alone = optimize(model, inputs, families=["split_cat", "pointwise"])
+    _, with_horizontal = optimize(model, inputs)
+    assert with_horizontal.stop_reason == alone.stop_reason == "saturated"
+    assert with_horizontal.iterations == alone.iterations
+    assert with_horizontal.kernels_after == alone.kernels_after
