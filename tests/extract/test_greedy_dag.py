@@ -78,3 +78,20 @@ def test_views_of_each_other_never_stand_in_for_a_class():
                      ENode("Sl", (11, 0, 0, 1), 13), ENode("Unary", ("f", 10), 12))
     ex = extract(graph, [4, 5, 6, 12], ilp_cost)
     assert ex.cost == 2 + 2 and graph.nodes[ex.choice[10]].op == "Unary"
+
+
+def test_reach_walk_prunes_by_post_order_and_says_yes_past_its_budget(monkeypatch):
+    from optimus_egg.extract import greedy_dag
+
+    # class i is chosen as node i: a chain 5 -> 4 -> 3 -> 2 -> 1 -> 0, a branch 6 -> 0, a leaf 7
+    kids = [[], [0], [1], [2], [3], [4], [0], []]
+    choice = {c: c for c in range(8)}
+    order = greedy_dag._postorder([5, 6, 7], choice, kids)
+    assert order[7] < order[0]  # the leaf comes first: no walk can prune down to it
+    assert greedy_dag._reaches(5, 2, choice, kids, order)
+    assert not greedy_dag._reaches(6, 2, choice, kids, order)  # 6 reads only 0, before 2 in post-order
+    assert not greedy_dag._reaches(2, 5, choice, kids, order)
+    assert not greedy_dag._reaches(5, 7, choice, kids, order)  # a walk over the whole chain
+    monkeypatch.setattr(greedy_dag, "_REACH_VISITS", 2)
+    assert greedy_dag._reaches(5, 7, choice, kids, order)  # too long a walk: assumed to reach (no switch)
+    assert not greedy_dag._reaches(6, 2, choice, kids, order)  # pruned walks stay exact
