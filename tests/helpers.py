@@ -43,6 +43,23 @@ def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trial
     return report, gm
 
 
+def check_training(model: torch.nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+    """:func:`check`, and every parameter gets the gradient eager gives it (None where eager's is None)."""
+    _, gm = check(model, *inputs)
+    for got, want in zip(_grads(model, gm, inputs), _grads(model, model, inputs), strict=True):
+        assert (got is None) == (want is None)
+        if want is not None:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    return gm
+
+
+def _grads(model: torch.nn.Module, fn: Callable[..., Any], inputs: tuple[torch.Tensor, ...]) -> list[Any]:
+    model.zero_grad(set_to_none=True)
+    out = fn(*inputs)
+    sum(t.sum() for t in torch.utils._pytree.tree_leaves(out)).backward()
+    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
+
+
 def frozen(nodes: list[ENode]) -> Frozen:
     """An e-graph snapshot made of ``nodes`` (each names its class), for extractor tests."""
     classes: dict[int, list[int]] = {}

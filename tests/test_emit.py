@@ -92,6 +92,15 @@ def _calls(gm, target):
     return sum(n.op == "call_function" and n.target is target for n in gm.graph.nodes)
 
 
+def _rewritten(fn, x):
+    """``fn`` optimized (a rewrite, not the graph kept as it was), equal to ``fn`` on ``x``."""
+    gm, report = optimize(Fn(fn), (x,))
+    assert report.fallback is None and not report.kept
+    for got, want in zip(gm(x), fn(x), strict=True):
+        torch.testing.assert_close(got, want)
+    return gm
+
+
 def _training_launches(fn, *inputs):
     from optimus_egg.counting import eager_launches
 
@@ -108,11 +117,8 @@ def test_slices_that_tile_a_tensor_are_emitted_as_one_split():
         return parts[0].sum(1), parts[1].amax(1)
 
     x = torch.randn(2, 8, requires_grad=True)
-    gm, report = optimize(Fn(fn), (x,))
-    assert report.fallback is None and not report.kept
+    gm = _rewritten(fn, x)
     assert _calls(gm, torch.split) == 1 and _calls(gm, torch.narrow) == 0
-    for got, want in zip(gm(x), fn(x)):
-        torch.testing.assert_close(got, want)
     assert _training_launches(gm, x) < _training_launches(Fn(fn), x)
     got_grad = torch.autograd.grad(sum(o.sum() for o in gm(x)), x)[0]
     torch.testing.assert_close(got_grad, torch.autograd.grad(sum(o.sum() for o in fn(x)), x)[0])
@@ -124,11 +130,8 @@ def test_selects_of_every_index_are_emitted_as_one_unbind():
         return torch.outer(s[0], s[1]), torch.outer(s[2], s[3])
 
     x = torch.randn(3, 4, requires_grad=True)
-    gm, report = optimize(Fn(fn), (x,))
-    assert report.fallback is None and not report.kept
+    gm = _rewritten(fn, x)
     assert _calls(gm, torch.unbind) == 1 and _calls(gm, torch.select) == 0
-    for got, want in zip(gm(x), fn(x)):
-        torch.testing.assert_close(got, want)
 
 
 def test_slices_that_leave_a_gap_stay_slices():
@@ -136,9 +139,5 @@ def test_slices_that_leave_a_gap_stay_slices():
         y = torch.relu(torch.cat([x[:, :4], x[:, 4:]], 1))
         return y[:, :3].sum(1), y[:, 5:].amax(1)  # columns 3 and 4 unused: no tiling, no split
 
-    x = torch.randn(2, 8)
-    gm, report = optimize(Fn(fn), (x,))
-    assert report.fallback is None and not report.kept
+    gm = _rewritten(fn, torch.randn(2, 8))
     assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 2
-    for got, want in zip(gm(x), fn(x)):
-        torch.testing.assert_close(got, want)

@@ -11,7 +11,7 @@ from optimus_egg.bench.families import TARGETS, families
 from optimus_egg.bench.zoo import zoo
 
 from tests.bench.test_harness import parse
-from tests.helpers import check, launches
+from tests.helpers import check_training, launches
 
 FAMILIES = families()
 
@@ -26,13 +26,6 @@ GAPS = {
 FEWER_CAT_INPUTS = {"family_split_cat_to_slices", "family_split_stack"}
 
 
-def _grads(model, fn, inputs):
-    model.zero_grad(set_to_none=True)
-    out = fn(*inputs)
-    sum(t.sum() for t in torch.utils._pytree.tree_leaves(out)).backward()
-    return [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-
-
 def cat_inputs(gm: torch.fx.GraphModule) -> int:
     """Tensors passed to cat/stack calls in a graph."""
     count = 0
@@ -45,11 +38,7 @@ def cat_inputs(gm: torch.fx.GraphModule) -> int:
 @pytest.mark.parametrize("name", list(FAMILIES))
 def test_optimized_family_model_equals_eager(name):
     model, inputs = FAMILIES[name]()
-    _, gm = check(model, *inputs)
-    for got, want in zip(_grads(model, gm, inputs), _grads(model, model, inputs), strict=True):
-        assert (got is None) == (want is None)
-        if want is not None:
-            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    check_training(model, *inputs)
 
 
 @pytest.mark.parametrize("name", [

@@ -101,18 +101,24 @@ def test_linears_without_bias_become_one_bmm():
     assert _calls(gm, "bmm") == 1 and _calls(gm, "linear") == 0
 
 
-def test_batched_linears_train_like_the_originals():
-    model, x = Parallel(6), torch.randn(5, 24, requires_grad=True)
-    gm, report = optimize(model, (x,))
-    assert _calls(gm, "baddbmm") == 1
+def _assert_same_gradients(model: nn.Module, gm: torch.nn.Module, x: torch.Tensor) -> None:
+    """The input's and every parameter's gradient of a weighted sum of the outputs, as eager."""
     grads = []
     for fn in (model, gm):
         model.zero_grad(set_to_none=True)
         x.grad = None
-        (fn(x) * torch.arange(36.0)).sum().backward()
+        out = fn(x)
+        (out * torch.arange(float(out.numel())).reshape(out.shape)).sum().backward()
         grads.append([x.grad, *(p.grad for p in model.parameters())])
-    for a, b in zip(*grads):
+    for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_batched_linears_train_like_the_originals():
+    model, x = Parallel(6), torch.randn(5, 24, requires_grad=True)
+    gm, report = optimize(model, (x,))
+    assert _calls(gm, "baddbmm") == 1
+    _assert_same_gradients(model, gm, x)
 
 
 def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
@@ -238,14 +244,7 @@ def test_fused_layer_norms_train_like_the_originals():
     model, x = Norms(), torch.randn(5, 48, requires_grad=True)
     gm, _ = optimize(model, (x,))
     assert _calls(gm, "addcmul") == 1
-    grads = []
-    for fn in (model, gm):
-        model.zero_grad(set_to_none=True)
-        x.grad = None
-        (fn(x) * torch.arange(48.0)).sum().backward()
-        grads.append([x.grad, *(p.grad for p in model.parameters())])
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b)
+    _assert_same_gradients(model, gm, x)
 
 
 def test_layer_norms_that_differ_depend_or_round_are_not_fused():
