@@ -144,7 +144,8 @@ class Emitter:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         groups: dict[tuple[fx.Node, int, bool], list[fx.Node]] = {}
         for n in self.graph.nodes:
-            if n.op != "call_function" or n.target not in (torch.narrow, torch.select):
+            arity = {torch.narrow: 4, torch.select: 3}.get(n.target) if n.op == "call_function" else None
+            if arity is None or len(n.args) != arity or n.kwargs:  # (an op kept as written: kwargs)
                 continue
             v = val(n.args[0])
             if isinstance(v, torch.Tensor) and all(type(a) is int and a >= 0 for a in n.args[1:]):

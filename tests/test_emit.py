@@ -141,3 +141,15 @@ def test_slices_that_leave_a_gap_stay_slices():
 
     gm = _rewritten(fn, torch.randn(2, 8))
     assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 2
+
+
+def test_a_narrow_kept_as_written_with_keywords_is_left_alone():
+    # Found by the fuzzer: under dynamic shapes a zero-length narrow from the end stays the
+    # program's own call, with its arguments as keywords, which the split grouping read
+    # positionally (IndexError, so the optimizer fell back).
+    from tests.fuzz.check import dynamo_graph
+
+    program = Program("def forward(self, x0, x1):\n    v1 = torch.split(torch.cat([x1, x0], dim=1), 1, 1)\n"
+                      "    v4 = torch.narrow(v1[-2], dim=0, start=-1, length=0)\n    return (v4, v1,)\n",
+                      (torch.randn(2, 1, 1, 1), torch.randn(2, 1, 1, 1)))
+    check_program(program, dynamo_graph(program, True, False))
