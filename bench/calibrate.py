@@ -139,8 +139,9 @@ def compare_extractors(factories: dict[str, Factory], cost_models: list[str], se
 def against_gpu(path: str, names: list[str] | None = None) -> list[dict[str, Any]]:
     """Predicted (CUDA) vs profiled launches for each model of a GPU bench run's results."""
     import json
+    from pathlib import Path
 
-    measured = {(r["model"], r["backend"]): r for r in json.load(open(path))["rows"]
+    measured = {(r["model"], r["backend"]): r for r in json.loads(Path(path).read_text())["rows"]
                 if r["mode"] == "inference" and r["backend"] in ("inductor", "optimus_egg") and r.get("launches")}
     factories = models(names or sorted({m for m, _ in measured} & set(models())))
     print("| model | graph | Triton kernels (seen) | predicted | error | extern launches (seen) | extern calls "

@@ -85,14 +85,13 @@ class _Clock:
         self.deadline = deadline
         self._last: tuple[float, int] | None = None  # (seconds, e-nodes before it) of the last round
 
-    def out(self, ahead: float = 0.0) -> bool:
+    def overruns(self, enodes: int) -> bool:
+        """Whether a round started now on ``enodes`` e-nodes is expected to end past the deadline."""
+        ahead = 0.0
+        if self._last is not None:
+            seconds, then = self._last
+            ahead = seconds * max(1.0, enodes / max(then, 1))
         return time.perf_counter() + ahead > self.deadline
-
-    def predict(self, enodes: int) -> float:
-        if self._last is None:
-            return 0.0
-        seconds, then = self._last
-        return seconds * max(1.0, enodes / max(then, 1))
 
     def ran(self, seconds: float, enodes: int) -> None:
         self._last = (seconds, enodes)
@@ -254,7 +253,7 @@ class EGraph:
 
         One command: the analysis run from Python one iteration at a time (to read the clock in
         between) made saturation 35% slower on the chain benchmark (N=600)."""
-        if clock.out(clock.predict(stats.enodes)):
+        if clock.overruns(stats.enodes):
             return None
         began = time.perf_counter()
         report = self._run(f"(run-schedule (seq (saturate (run {_ANALYSIS})) (run {ruleset})))")[0].report

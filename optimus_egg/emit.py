@@ -22,6 +22,9 @@ from optimus_egg.frontend import Translation
 from optimus_egg.optable import storage_key, val
 
 
+#: The positional arity of the slicing calls :meth:`Emitter.split_tilings` groups.
+_VIEW_ARITY = {torch.narrow: 4, torch.select: 3}
+
 #: ``node.meta`` key of an emitted node: the names of the original nodes it is equal to.
 ORIGIN = "optimus_egg_origin"
 
@@ -144,7 +147,7 @@ class Emitter:
         order = {n: i for i, n in enumerate(self.graph.nodes)}
         groups: dict[tuple[fx.Node, int, bool], list[fx.Node]] = {}
         for n in self.graph.nodes:
-            arity = {torch.narrow: 4, torch.select: 3}.get(n.target) if n.op == "call_function" else None
+            arity = _VIEW_ARITY.get(n.target) if n.op == "call_function" else None
             if arity is None or len(n.args) != arity or n.kwargs:  # (an op kept as written: kwargs)
                 continue
             v = val(n.args[0])
@@ -160,7 +163,7 @@ class Emitter:
                 continue
             with self.graph.inserting_before(min(nodes, key=order.__getitem__)):
                 whole = (self.graph.call_function(torch.unbind, (base, d)) if select
-                         else self.graph.call_function(torch.split, (base, [n for _, n in spans], d)))
+                         else self.graph.call_function(torch.split, (base, [length for _, length in spans], d)))
                 pieces = {sp: self.graph.call_function(operator.getitem, (whole, i)) for i, sp in enumerate(spans)}
             for n in nodes:
                 new = pieces[span[n]]
