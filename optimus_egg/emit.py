@@ -128,6 +128,7 @@ class Emitter:
         roots = [self.emit_class(c) for c in root_classes]
         _propagate_meta(self.graph, self.gm)
         regrouped = self.split_tilings()
+        regrouped.update(self.doubled_sums())
         outs = iter([regrouped.get(n, n) for n in roots])
         leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
         leaves = self.keep_aliasing(leaves, classes)
@@ -170,6 +171,31 @@ class Emitter:
                 n.replace_all_uses_with(new)
                 self.graph.erase_node(n)
                 replaced[n] = new
+        _propagate_meta(self.graph, self.gm)
+        self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
+        return replaced
+
+    def doubled_sums(self) -> dict[fx.Node, fx.Node]:
+        """``x + x`` becomes ``x * 2``; returns what replaced each sum.
+
+        Simplification often proves both operands of an add one tensor. Forward, both are one
+        kernel, and equal (doubling is exact, overflow included, in every non-bool dtype); backward,
+        autograd accumulates the two gradients with an add of one ``mm`` result to itself, which
+        Inductor's ``addmm`` pattern turns into a second matmul (family select_cat: one more extern
+        call per step), where ``x * 2`` gives one pointwise op that fuses."""
+        replaced: dict[fx.Node, fx.Node] = {}
+        for n in list(self.graph.nodes):
+            op = optable.lookup(n)
+            v = val(n)
+            if (op is None or op.name != "add" or len(n.args) != 2 or n.args[0] is not n.args[1] or n.kwargs
+                    or not isinstance(n.args[0], fx.Node) or not isinstance(v, torch.Tensor)
+                    or not isinstance(val(n.args[0]), torch.Tensor) or v.dtype == torch.bool):
+                continue
+            with self.graph.inserting_before(n):
+                new = self.graph.call_function(torch.mul, (n.args[0], 2))
+            n.replace_all_uses_with(new)
+            self.graph.erase_node(n)
+            replaced[n] = new
         _propagate_meta(self.graph, self.gm)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return replaced

@@ -2,6 +2,9 @@
 
 Regressions found by the fuzzer (tests/fuzz)."""
 
+import operator
+
+import pytest
 import torch
 
 from optimus_egg import optimize
@@ -153,3 +156,41 @@ def test_a_narrow_kept_as_written_with_keywords_is_left_alone():
                       "    v4 = torch.narrow(v1[-2], dim=0, start=-1, length=0)\n    return (v4, v1,)\n",
                       (torch.randn(2, 1, 1, 1), torch.randn(2, 1, 1, 1)))
     check_program(program, dynamo_graph(program, True, False))
+
+
+def _sum_of_itself(x):
+    """``x + x`` once simplified: the cat of every row of ``x`` plus ``x`` narrowed to its width."""
+    return (torch.cat(torch.unbind(x, 1), 1) + torch.narrow(x.flatten(1), 1, 0, x.shape[1] * x.shape[2]),)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.int64])
+def test_a_sum_of_a_tensor_with_itself_is_emitted_as_a_doubling(dtype):
+    # Backward, x + x accumulates one gradient twice (an add of an mm to itself, which Inductor
+    # turns into a second matmul); x * 2 is one pointwise op. Both are exact: same values, dtype.
+    x = (torch.randn(3, 4, 5) * 1e4).to(dtype)
+    gm = _rewritten(_sum_of_itself, x)
+    assert _calls(gm, torch.mul) == 1 and _calls(gm, operator.add) == 0
+    assert gm(x)[0].dtype == dtype
+    if dtype.is_floating_point:
+        big = torch.full((1, 2, 2), torch.finfo(dtype).max, dtype=dtype)  # overflows to inf either way
+        torch.testing.assert_close(gm(big)[0], _sum_of_itself(big)[0])
+        y = torch.randn(3, 4, 5, dtype=dtype, requires_grad=True)
+        got, = torch.autograd.grad(gm(y)[0].sum(), y)
+        want, = torch.autograd.grad(_sum_of_itself(y)[0].sum(), y)
+        torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, y: (torch.cat(torch.unbind(x, 1), 1) + y.flatten(1),),  # two tensors
+    lambda x, y: (torch.add(torch.cat(torch.unbind(x, 1), 1), x.flatten(1), alpha=3),),  # x + 3x
+    lambda x, y: _sum_of_itself(x > 0),  # bool: a logical or, and x * 2 would be an int64
+], ids=["different-tensors", "alpha", "bool"])
+def test_sums_that_are_not_a_doubling_stay_sums(fn):
+    x, y = torch.randn(3, 4, 5), torch.randn(3, 4, 5)
+    gm, report = optimize(Fn(fn), (x, y))
+    assert report.fallback is None
+    assert _calls(gm, torch.mul) == 0
+    for args in ((x, y), (torch.randn(3, 4, 5), torch.randn(3, 4, 5))):
+        got, want = gm(*args)[0], fn(*args)[0]
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
