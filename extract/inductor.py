@@ -31,10 +31,13 @@ layer_norm and log_softmax); :attr:`Prediction.objects` reproduces that figure f
 
 A node-local cost cannot see fusion, which depends on who consumes a value. The extractors get
 a sound approximation (:meth:`InductorCost.bind`): a pointwise e-node costs nothing when one of
-the classes it reads can be computed by a fusible kernel (it joins that kernel), otherwise one
-kernel; a cat piece costs a copy unless its class can be written in place (a pointwise or extern
-result); extern calls and reductions cost one each. The reported figure is the simulation below,
-run on the DAG the extractor chose.
+the classes it reads can be computed by a fusible kernel (it joins that kernel) or when a
+reduction reads its class (it fuses in as the reduction's prologue), otherwise one kernel; a cat
+piece costs a copy unless its class can be written in place (a pointwise or extern result);
+extern calls and reductions cost one each, and an extern call in a class that a fusible kernel
+can also compute (an einsum and its sum of products) one more when pointwise ops read that
+class (priced as fused, they need their own kernel after an extern call). The reported figure
+is the simulation below, run on the DAG the extractor chose.
 """
 
 from __future__ import annotations
@@ -155,6 +158,8 @@ class InductorCost:
                  for n in graph.nodes]
         fusible = _fusible_classes(graph, kinds, self.device)
         direct = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "reduction", "matmul")}
+        prologue = {c for n, k in zip(graph.nodes, kinds) if k == "reduction" for c in _reads(graph, n)}
+        read_pointwise = {c for n, k in zip(graph.nodes, kinds) if k == "pointwise" for c in _reads(graph, n)}
         w = self.weights
 
         def own(node: ENode, k: str) -> float:
@@ -165,7 +170,12 @@ class InductorCost:
             if k == "cat" and node.op == "Cat":  # on CPU its pieces carry the cost
                 return w["pointwise"] if self.device == "cuda" else 0.0
             if k == "pointwise":
-                return 0.0 if any(c in fusible for c in _reads(graph, node)) else w["pointwise"]
+                fuses = node.eclass in prologue or any(c in fusible for c in _reads(graph, node))
+                return 0.0 if fuses else w["pointwise"]
+            if k in ("matmul", "extern") and node.eclass in fusible and node.eclass in read_pointwise:
+                # (an einsum equal to a sum of products): its pointwise readers, priced as fused
+                # into the class's fusible form, need a kernel of their own after this one
+                return w[k] + w["pointwise"]
             return w[k]
 
         costs = {id(n): own(n, k) for n, k in zip(graph.nodes, kinds)}

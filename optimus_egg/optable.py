@@ -452,11 +452,13 @@ def _built(name: str, target: Callable[..., Any], slots: int, *constants: Any, c
 
 
 #: The calls rules build (every registry holds them): a batched matmul with and without the
-#: added bias, the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand, and
-#: ``addcmul(b, y, w) = b + y * w`` (an affine transform applied after a fused normalization).
+#: added bias, the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand,
+#: ``addcmul(b, y, w) = b + y * w`` (an affine transform applied after a fused normalization),
+#: and a broadcasting ``mul`` (an ``Op``: ``Binary`` promises operands of the result's shape).
 BUILT: dict[str, Call] = dict([
     _built("baddbmm", torch.baddbmm, 3), _built("bmm", torch.bmm, 2),
-    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0), _built("addcmul", torch.addcmul, 3)])
+    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0), _built("addcmul", torch.addcmul, 3),
+    _built("mul", torch.mul, 2)])
 
 
 def built(name: str, *constants: Any) -> str:
@@ -492,9 +494,35 @@ def _plain_layer_norm(call: Call) -> Call | None:
     return Call(call.name, call.op, call.target, spec, tuple(leaves), call.cost, call.constructor, call.device)
 
 
+def contracts_last(equation: str) -> bool:
+    """Is ``equation`` Optimus' einsum_to_pointwise_pass form ``"bcd,bcde->bce"`` (any four
+    letters): ``x``'s last dim contracted against ``w``'s third, the leading two shared? Unlike
+    Optimus' matcher, the four letters must differ (``"bcd,bcdd->bcd"`` takes a diagonal)."""
+    parts = "".join(equation.split()).replace("->", ",").split(",")
+    if len(parts) != 3 or [len(p) for p in parts] != [3, 4, 3]:
+        return False
+    x, w, out = parts
+    return (w.isalpha() and len(set(w)) == 4 and x == w[:3] and out == w[:2] + w[3])
+
+
+def _contraction_sum(call: Call) -> Call | None:
+    """``einsum("bcd,bcde->bce", x, w)`` is ``(x.unsqueeze(-1) * w).sum(2)``: the sum that
+    finishes it once its operands are multiplied (``torch.sum(slot 0, 2)``), for an einsum of
+    two tensors in that form (:func:`contracts_last`); None for any other einsum."""
+    args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+    if kwargs or len(args) < 2 or not isinstance(args[0], str):
+        return None
+    operands = list(args[1]) if len(args) == 2 and isinstance(args[1], (list, tuple)) else args[1:]
+    if operands != [Slot(0), Slot(1)] or not contracts_last(args[0]):
+        return None
+    leaves, spec = pytree.tree_flatten(([Slot(0), 2], {}))
+    return Call("sum", "call_function", torch.sum, spec, tuple(leaves), 1.0, "Op", call.device)
+
+
 #: Variants of a graph's call that rules may build, registered next to it under its key plus a
 #: suffix (rule text names one as ``(+ k "-plain")``): op name → (suffix, the variant or None).
-DERIVED: dict[str, tuple[str, Callable[[Call], Call | None]]] = {"layer_norm": ("-plain", _plain_layer_norm)}
+DERIVED: dict[str, tuple[str, Callable[[Call], Call | None]]] = {
+    "layer_norm": ("-plain", _plain_layer_norm), "einsum": ("-sum", _contraction_sum)}
 
 
 @dataclass
@@ -579,7 +607,8 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
 
 def _elementwise_einsum(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]] | None:
     """``einsum("bi,bi->bi", a, b)`` is ``a * b``: an elementwise Binary the rules can move
-    (Optimus' einsum_to_pointwise_pass). Only when both operands have the output's exact shape."""
+    (Optimus' einsum_to_pointwise_pass rewrites another form, see :func:`contracts_last`). Only
+    when both operands have the output's exact shape."""
     if op is None or op.name != "einsum" or node.kwargs or len(node.args) < 2:
         return None
     eq, *operands = node.args

@@ -70,8 +70,9 @@ _MODULES = {
     "split_cat": "optimus_egg.rewrites.split_cat",
     "pointwise": "optimus_egg.rewrites.pointwise",
     "horizontal": "optimus_egg.rewrites.horizontal",
+    "einsum": "optimus_egg.rewrites.einsum",
 }
-DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal")
+DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
 
 
 def _check_stage(rule: "AnyRule") -> None:

@@ -43,9 +43,9 @@ def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trial
     return report, gm
 
 
-def check_training(model: torch.nn.Module, *inputs: torch.Tensor) -> torch.fx.GraphModule:
+def check_training(model: torch.nn.Module, *inputs: torch.Tensor, **options: Any) -> torch.fx.GraphModule:
     """:func:`check`, and every parameter gets the gradient eager gives it (None where eager's is None)."""
-    _, gm = check(model, *inputs)
+    _, gm = check(model, *inputs, **options)
     for got, want in zip(_grads(model, gm, inputs), _grads(model, model, inputs), strict=True):
         assert (got is None) == (want is None)
         if want is not None:
