@@ -12,7 +12,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from optimus_egg.egraph import Frozen
-from optimus_egg.extract.cost import CostModel
+from optimus_egg.extract.cost import CostModel, NodeCost
 from optimus_egg.ir import CONSTRUCTORS
 
 #: Added to every node so that among equal kernel counts the smaller graph wins and zero-cost
@@ -32,10 +32,12 @@ def _class_kids(graph: Frozen, n: int) -> list[int]:
     return [c for s, c in zip(CONSTRUCTORS[node.op], node.children) if s in ("T", "TList")]
 
 
-def extract(graph: Frozen, roots: list[int], cost: CostModel) -> Extraction:
+def extract(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | None = None) -> Extraction:
+    """``moved`` (bytes an e-node moves) settles ties: ``relu(x[:, :8])`` rather than
+    ``relu(x)[:, :8]``, the same launches and a sixth of the work, forward and backward."""
     kids = [_class_kids(graph, n) for n in range(len(graph.nodes))]
     own = [cost(node) for node in graph.nodes]
-    choice = _greedy_dag(graph, kids, own)
+    choice = _greedy_dag(graph, kids, own if moved is None else _with_bytes(graph, own, moved))
     method = "greedy-dag"
     if not all(r in choice for r in roots):
         raise RuntimeError("extraction found no finite term for a graph output")
@@ -47,6 +49,15 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel) -> Extraction:
     if not _has_cycle(roots, shared, kids):  # never expected; the unshared choice is acyclic
         choice = shared
     return Extraction(choice, dag_cost(roots, choice, kids, own), method)
+
+
+def _with_bytes(graph: Frozen, own: list[float], moved: NodeCost) -> list[float]:
+    """``own`` plus bytes on the nodes that cost something (a free node stays a view), scaled
+    so that a whole graph's bytes weigh less than one e-node's EPSILON: the fewest kernels
+    first, then the fewest nodes, then the fewest bytes."""
+    nbytes = [moved(node) if o > 0 else 0.0 for node, o in zip(graph.nodes, own)]
+    scale = EPSILON / 10 / max(sum(nbytes), 1.0)
+    return [o + scale * b for o, b in zip(own, nbytes)]
 
 
 def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:
@@ -81,9 +92,13 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
         if used & bit:
             continue  # the node reaches its own class: a cycle
         cost += own[n] + EPSILON
-        if cls not in total or cost < total[cls] - 1e-9:
+        if cls not in total or cost < total[cls] - 1e-12:
+            # a tie settled by bytes alone is not passed up: on a long chain every such tie
+            # re-walked all ancestors (quadratic; the parents' totals are off by bytes only)
+            ties = cls in total and cost > total[cls] - EPSILON / 2
             total[cls], mask[cls], paid[cls], choice[cls] = cost, used | bit, own[n] + EPSILON, n
-            work.extend(parents[cls])
+            if not ties:
+                work.extend(parents[cls])
     return choice
 
 

@@ -69,14 +69,17 @@ def seed_facts(tr: Translation, names: dict[Term, int], graph: Frozen) -> dict[i
 
 
 def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, Fact], extractor: str = "greedy",
-            time_limit: float = ilp.TIME_LIMIT) -> tuple[Extraction, dict[str, Any]]:
+            time_limit: float = ilp.TIME_LIMIT, registry: Registry | None = None
+            ) -> tuple[Extraction, dict[str, Any]]:
     """Extract with ``extractor`` under ``model`` (``facts``: every class's shape, from
     :func:`~optimus_egg.extract.dag.class_facts`); the dict says what each extractor run cost and took (for
-    ``compare``: both, and how many classes they chose differently)."""
+    ``compare``: both, and how many classes they chose differently). With the graph's ``registry``,
+    greedy settles ties by the bytes each op moves (see :func:`greedy_dag.extract`)."""
     check_name("extractor", extractor, EXTRACTORS)
     cost = model.bind(graph, facts)
+    moved = MemoryCost(registry).bind(graph, facts) if registry is not None else None
     start = time.perf_counter()
-    greedy = greedy_dag.extract(graph, roots, cost)
+    greedy = greedy_dag.extract(graph, roots, cost, moved)
     info: dict[str, Any] = {"greedy": {"cost": greedy.cost, "seconds": time.perf_counter() - start}}
     if extractor == "greedy":
         return greedy, info

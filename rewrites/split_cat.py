@@ -10,9 +10,12 @@ from optimus_egg.rewrites import Derive, Rule
 DECLARATIONS = """
 (constructor app (TList TList) TList)
 (relation run (TList TList T i64 i64 i64 i64))
-(relation cat-prefix (T TList T i64 i64 i64))
 (relation list-cell (TList T TList i64))
+(function joined (TList) i64 :merge (max old new))
+(relation run-start (TList))
+(relation prefix (TList TList T i64 i64 i64))
 (relation slice-in (T TList i64 i64 i64))
+(relation slice-run (T TList T i64 i64 i64 i64))
 (relation span (TList TList i64 i64 i64))
 """
 
@@ -27,15 +30,25 @@ RULES = [
     Derive("slice-cell", ("(= l (Cons p m d))", "(= p (Sl x d s a))", "(> a 0)"), ("(run l m x d s a 1)",)),
     Derive("adjacent-slices", ("(run l m x d s a c)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
            ("(run l k x d s (+ a b) (* 2 c))",)),
-    # cat-prefix t m x d s n: cat t is cat([x[s:s+n] along d] + the list from m). Runs are merged
-    # from the head of a cat only: a cat costs one kernel whatever its length, so a merged run
-    # pays off only when the whole list becomes one slice, and merging at every position would
-    # build a list form for every sub-run. A prefix grows by whole runs (log2(n) rounds), and it
-    # belongs to the cat, not to a list form, so the merged forms add no prefixes of their own.
-    Derive("cat-prefix", ("(= t (Cat l))", "(run l m x d s n c)"), ("(cat-prefix t m x d s n)",)),
-    Derive("cat-prefix-grows", ("(cat-prefix t m x d s n)", "(run m k x d s2 b c)", "(= s2 (+ s n))"),
-           ("(cat-prefix t k x d s (+ n b))",)),
-    Derive("cat-adjacent-slices", ("(cat-prefix t m x d s n)",), ("(union t (Cat (Cons (Sl x d s n) m d)))",),
+    # Runs are merged where they start: at the head of a cat's list, or, in the list as the
+    # program wrote it, at a slice after a cell that is not its neighbour (joined r: the piece
+    # before r is the slice just before r's head; 0 when not; seed rules see every cell of the
+    # graph as written before the start rule reads the flag). A cat costs one kernel whatever its
+    # length, so merging at every cell would only build a list form per sub-run; and cells that
+    # become slices later (relu(p[i]) once relu moves out of the slices) start no run, or every
+    # cell of such a list would (that doubled the chain benchmark's e-graph).
+    Derive("run-start-head", ("(= t (Cat l))",), ("(run-start l)",)),
+    Derive("cell-not-joined", ("(list-cell l a r d)",), ("(set (joined r) 0)",), stage="seed"),
+    Derive("cell-joined", ("(list-cell l (Sl x d s n) r d)", "(list-cell r (Sl x d u w) m d)", "(= u (+ s n))"),
+           ("(set (joined r) 1)",), stage="seed"),
+    Derive("run-start-after-break", ("(list-cell l a r d)", "(= 0 (joined r))", "(list-cell r (Sl x d s n) m d)"),
+           ("(run-start r)",), stage="seed"),
+    # prefix l m x d s n: the list l is x[s:s+n] along d followed by the list m. It grows by
+    # whole runs (log2(n) rounds), and its merged forms start no prefix of their own.
+    Derive("prefix", ("(run-start l)", "(run l m x d s n c)"), ("(prefix l m x d s n)",)),
+    Derive("prefix-grows", ("(prefix l m x d s n)", "(run m k x d s2 b c)", "(= s2 (+ s n))"),
+           ("(prefix l k x d s (+ n b))",)),
+    Derive("merge-adjacent-slices", ("(prefix l m x d s n)",), ("(union l (Cons (Sl x d s n) m d))",),
            covers="merge_getitem_cat_pass"),
     # A cat inside a cat along the same dim is its pieces in place (lists along a dim are the
     # contents of a cat; argument lists use dim -1 and never match). app appends two lists.
@@ -59,8 +72,14 @@ RULES = [
            ("(slice-in t r d (- s m) n)",), covers="split_cat_pass"),
     Derive("slice-in-piece", ("(slice-in t l d 0 n)", "(list-cell l a r d)", "(= n (size a d))"),
            ("(union t a)",), covers="split_cat_pass"),
-    Derive("slice-in-sliced-piece", ("(slice-in t l d s n)", "(list-cell l (Sl x d u w) r d)", "(<= (+ s n) w)"),
-           ("(union t (Sl x d (+ u s) n))",), covers="split_cat_pass"),
+    # A slice that falls in adjacent pieces of x is a slice of x: slice-run t m x d s a n: t (n
+    # wide) begins with x[s:s+a], and the rest of it (n - a) begins the list m.
+    Derive("slice-in-run", ("(slice-in t l d u n)", "(run l m x d s w c)", "(< u w)"),
+           ("(slice-run t m x d (+ s u) (- w u) n)",), covers="split_cat_pass"),
+    Derive("slice-run-grows", ("(slice-run t m x d s a n)", "(< a n)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
+           ("(slice-run t k x d s (+ a b) n)",)),
+    Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
+           covers="split_cat_pass"),
     Derive("slice-in-part-of-op", ("(slice-in t l d s n)", "(list-cell l a r d)", "(= a (Op k xs))",
                                    "(= m (size a d))", "(< (+ s n) m)"), ("(union t (Sl a d s n))",)),
     # Unbind and stack as views: a size-1 dim squeezed away is that dim merged into the next, and

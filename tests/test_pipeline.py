@@ -111,6 +111,16 @@ def test_a_graph_with_nothing_cheaper_is_returned_as_it_was():
     assert not report.kept and gm is not gm1 and report.kernels_after < report.kernels_before
 
 
+def test_as_many_kernels_reading_fewer_cat_inputs_is_taken():
+    """One cat either way (the eager model sees no difference), but CPU Inductor copies each
+    cat input with a loop of its own: the rewrite that glues pieces back whole is taken."""
+    x = torch.randn(4, 12)
+    gm0 = capture(Fn(lambda x: torch.cat([torch.tanh(x[:, :2]), *x.split(2, 1)], 1)), (x,))
+    gm, report = optimize_graph(gm0, Options())
+    assert report.kernels_after == report.kernels_before and report.cat_inputs == (7, 2)
+    assert not report.kept and torch.equal(gm(x), gm0(x))
+
+
 def test_an_input_whose_every_use_is_optimized_away_keeps_its_zero_gradient():
     """``b`` in ``cat([a, b])[:, :3]`` has no use left after the rewrite: AOTAutograd would give it
     a None gradient where eager autograd gives zeros (found by the fuzzer). Training keeps the

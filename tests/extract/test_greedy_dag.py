@@ -1,5 +1,7 @@
 """The extractor pays for a shared subterm once and never returns a cycle."""
 
+import torch
+
 from optimus_egg.egraph import ENode
 from optimus_egg.extract.greedy_dag import extract
 from tests.helpers import frozen
@@ -95,3 +97,36 @@ def test_reach_walk_prunes_by_post_order_and_says_yes_past_its_budget(monkeypatc
     monkeypatch.setattr(greedy_dag, "_REACH_VISITS", 2)
     assert greedy_dag._reaches(5, 7, choice, kids, order)  # too long a walk: assumed to reach (no switch)
     assert not greedy_dag._reaches(6, 2, choice, kids, order)  # pruned walks stay exact
+
+
+def test_ties_go_to_the_op_that_moves_fewer_bytes():
+    # class 2 = relu(x)[:, :2] (relu on all of x, then a view) or relu(x[:, :2]): one kernel each
+    nodes = [ENode("Input", (0,), 0),
+             ENode("Unary", ("relu", 0), 1), ENode("Sl", (1, 1, 0, 2), 2),
+             ENode("Sl", (0, 1, 0, 2), 3), ENode("Unary", ("relu", 3), 2)]
+
+    def kernels(node):
+        return 1.0 if node.op == "Unary" else 0.0
+
+    def moved(node):
+        return {0: 0.0, 1: 2 * 4 * 12 * 4.0, 2: 0.0, 3: 0.0}.get(node.children[1], 2 * 4 * 2 * 4.0) \
+            if node.op == "Unary" else 0.0
+
+    ex = extract(frozen(nodes), [2], kernels, moved)
+    assert ex.choice[2] == 4 and ex.cost == 1.0  # the bytes only break the tie; the cost is kernels
+
+
+def test_an_op_pulled_out_of_a_slice_for_nothing_stays_on_the_slice():
+    """tanh moves out of the slice so that cats of tanh'd pieces can merge; alone, tanh(x)[:, :2]
+    costs the launch tanh(x[:, :2]) does, on six times the data (and its backward)."""
+    from optimus_egg.optable import val
+    from tests.helpers import check
+
+    def f(x):
+        p = torch.split(x, 2, 1)
+        return torch.cat([*p[12:], torch.tanh(p[0]), *p[:12]], 1) * 2
+
+    x = torch.randn(4, 48)
+    report, gm = check(f, x)
+    tanh = [n for n in gm.graph.nodes if n.target is torch.tanh]
+    assert len(tanh) == 1 and tuple(val(tanh[0]).shape) == (4, 2)

@@ -9,7 +9,7 @@ X = torch.randn(4, 12)
 
 def test_cat_of_all_split_pieces_is_the_input():
     report, gm = check(lambda x: torch.cat(torch.split(x, 4, 1), 1) * 2, X)
-    assert report.rules_fired["cat-adjacent-slices"] > 0 and report.rules_fired["slice-full"] > 0
+    assert report.rules_fired["merge-adjacent-slices"] > 0 and report.rules_fired["slice-full"] > 0
     assert launches(gm, X) == 1  # only the mul remains
 
 
@@ -129,7 +129,7 @@ def test_part_of_a_cat_piece_that_an_op_made_is_a_view_of_it():
 def test_part_of_a_cat_piece_that_is_a_slice_is_a_slice_of_its_source():
     x = torch.randn(4, 12)
     report, gm = check(lambda x: torch.cat([x[:, 0:4], x[:, 8:12]], 1)[:, 5:7] + 1, x)
-    assert report.rules_fired["slice-in-sliced-piece"] > 0 and launches(gm, x) == 1
+    assert report.rules_fired["slice-run-covers"] > 0 and launches(gm, x) == 1
 
 
 def test_a_slice_across_two_cat_pieces_keeps_the_cat():
@@ -162,10 +162,36 @@ def test_pieces_of_a_long_cat_are_found_within_the_default_budget():
         assert launches(gm, *xs) == 1  # the inputs stacked (or concatenated) once, in reverse
 
 
-def test_adjacent_slices_after_another_piece_keep_the_cat():
+def _cat_inputs(gm):
+    return [len(n.args[0]) for n in gm.graph.nodes if n.target in (torch.cat, torch.stack)]
+
+
+def test_adjacent_pieces_after_another_tensor_merge():
     x, y = torch.randn(4, 12), torch.randn(4, 3)
-    report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 4:12]], 1), x, y)
-    assert launches(gm, x, y) == 1
+    report, gm = check(lambda x, y: torch.cat([y, *torch.split(x, 2, 1)], 1) + 1, x, y)
+    assert report.rules_fired["run-start-after-break"] > 0 and _cat_inputs(gm) == [2]
+
+
+def test_runs_in_the_middle_of_a_cat_merge_each():
+    # Optimus's split_cat_to_slices: two runs around another tensor, in swapped order
+    report, gm = check(lambda x: torch.cat([*torch.split(x, 2, 1)[3:], torch.tanh(x[:, :2]),
+                                            *torch.split(x, 2, 1)[:3]], 1) + 1, X)
+    assert _cat_inputs(gm) == [3]
+    # runs broken by a gap or by a piece of another tensor stay apart
+    y = torch.randn(4, 4)
+    report, gm = check(lambda x, y: torch.cat([y, x[:, 0:4], x[:, 6:8], x[:, 8:12], y[:, :2], x[:, 12:]], 1) + 1,
+                       torch.randn(4, 16), y)
+    assert _cat_inputs(gm) == [5]  # y, x[:, 0:4], x[:, 6:12], y[:, :2], x[:, 12:]
+
+
+def test_a_slice_across_adjacent_cat_pieces_is_a_slice_of_their_source():
+    y = torch.randn(4, 3)
+    # the pieces in the middle of the cat, whole, and a part straddling several of them
+    for fn, width in ((lambda x, y: torch.cat([y, *torch.split(x, 4, 1), y], 1)[:, 3:15] * 2, 12),
+                      (lambda x, y: torch.cat([y, *torch.split(x, 4, 1)], 1)[:, 5:11] * 2, 6)):
+        report, gm = check(fn, X, y)
+        assert report.rules_fired["slice-run-covers"] > 0 and launches(gm, X, y) == 1, report.summary()
+        assert _cat_inputs(gm) == [] and gm(X, y).shape == (4, width)
 
 
 X3 = torch.randn(4, 3, 5)
