@@ -7,16 +7,51 @@ linear. This module is the only one that touches ``egglog.bindings``.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import os
+import sys
 import tempfile
+import threading
 import time
+import weakref
+from collections import OrderedDict
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
-
-from egglog import bindings
 
 from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
 from optimus_egg.rewrites import STAGES, Family
+
+
+def _load_bindings() -> ModuleType:
+    """egglog's compiled bindings, without running ``egglog/__init__.py``.
+
+    The package's ``__init__`` imports egglog's high-level API (and black, for pretty-printing):
+    0.12–0.25 s before a process's first compile, for modules this one never uses (the extension
+    alone loads in ~20 ms). So the extension next to that ``__init__`` is loaded by hand, then
+    dropped from ``sys.modules``: a later ``import egglog`` loads it the usual way (pyo3 hands
+    back the module it initialized) and sets ``egglog.bindings`` on the package. Another layout
+    or loader falls back to the plain import.
+    """
+    if "egglog" not in sys.modules and "egglog.bindings" not in sys.modules:
+        try:
+            package = importlib.util.find_spec("egglog")
+            spec = importlib.machinery.PathFinder.find_spec("egglog.bindings", package.submodule_search_locations)
+            if isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+                module = importlib.util.module_from_spec(spec)
+                spec.loader.exec_module(module)
+                return module
+        except Exception:  # noqa: BLE001 - any surprise: the plain import below
+            pass
+        finally:
+            sys.modules.pop("egglog.bindings", None)  # CPython registers single-phase extensions
+    from egglog import bindings
+
+    return bindings
+
+
+bindings = _load_bindings()
 
 _LOAD = "load"
 #: Rulesets: shape/dtype facts, then one per rule stage (optimus_egg.rewrites.STAGES).
@@ -60,10 +95,12 @@ def _count(report: Any, matches: dict[str, int]) -> None:
 
 def _field(value: Any) -> str:
     """A literal as a tab-separated field (egglog's ``input`` reads strings unquoted)."""
+    if type(value) is int:  # most literals (dims, offsets): nothing to check
+        return str(value)
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"not an IR literal: {value!r}")
     text = str(value)
-    if any(c in text for c in "\t\n\r"):
+    if "\t" in text or "\n" in text or "\r" in text:
         raise ValueError(f"unsupported character in IR string {value!r}")
     return text
 
@@ -123,14 +160,57 @@ class Frozen:
     refs: dict[int, int]  # Ref id (see EGraph.add) -> class id
 
 
+#: Idle engines per thread, by program (see _lend); a thread keeps the last few programs it ran.
+_IDLE = threading.local()
+_IDLE_PROGRAMS = 4
+
+
+def _idle() -> OrderedDict[str, Any]:
+    if not hasattr(_IDLE, "engines"):
+        _IDLE.engines = OrderedDict()
+    return _IDLE.engines
+
+
+def _lend(program: str) -> Any:
+    """An egglog engine that has run ``program`` (sorts, functions, rules), with ``(push)`` taken.
+
+    Running the declarations and ~100 rules costs ~30 ms (egglog compiles every rule), the same
+    for every compile: a tenth of the optimizer's time on the 100-block chain. So an engine is
+    reused: ``(pop)`` when its EGraph is collected (``_give_back``) restores the whole database as
+    it was after the program (tables, union-find, id counters: the next graph is numbered as in a
+    fresh engine). Per thread: ``bindings.EGraph`` is unsendable (pyo3 panics on another thread).
+    """
+    engine = _idle().pop(program, None)
+    if engine is None:
+        engine = bindings.EGraph()
+        engine.run_program(*engine.parse_program(program))
+    engine.run_program(*engine.parse_program("(push)"))
+    return engine
+
+
+def _give_back(program: str, engine: Any, thread: int) -> None:
+    """Return a lent engine to its thread's idle ones (an EGraph's finalizer)."""
+    if threading.get_ident() != thread:
+        return  # unsendable: let it go
+    try:
+        engine.run_program(*engine.parse_program("(pop)"))
+    except Exception:  # noqa: BLE001 - an engine that cannot restore is not reused
+        return
+    idle = _idle()
+    idle[program] = engine
+    while len(idle) > _IDLE_PROGRAMS:
+        idle.popitem(last=False)
+
+
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
-        self._eg = bindings.EGraph()
         rules = [r.egglog(_ANALYSIS if fam.name == "analysis" else r.stage) for fam in families for r in fam.rules]
         decls = [fam.declarations for fam in families if fam.declarations]
         refs = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see add()
         rulesets = [f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD)]
-        self._run(DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values())
+        program = "\n".join((DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values()))
+        self._eg = _lend(program)
+        weakref.finalize(self, _give_back, program, self._eg, threading.get_ident()).atexit = False
         self._ids: dict[Term, int] = {}
         self._heights: dict[Term, int] = {}  # see _number
         self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
@@ -174,28 +254,38 @@ class EGraph:
 
     def _number(self, root: Term, tables: dict[str, list[str]]) -> int:
         """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep)."""
+        ids, heights = self._ids, self._heights
+        if root in ids:
+            return ids[root]
         stack: list[tuple[Term, bool]] = [(root, False)]
         while stack:
             term, ready = stack.pop()
-            if term in self._ids:
+            if term in ids:
                 continue
-            kids = [a for a in term.args if isinstance(a, Term) and a not in self._ids]
-            if kids and not ready:
-                stack.append((term, True))
-                stack.extend((k, False) for k in kids)
-                continue
-            i = self._ids[term] = len(self._ids)
-            cols = [str(i), *(str(self._ids[a]) if isinstance(a, Term) else _field(a) for a in term.args)]
-            tables[f"{term.op}-row"].append("\t".join(cols))
+            if not ready:
+                kids = [a for a in term.args if isinstance(a, Term) and a not in ids]
+                if kids:
+                    stack.append((term, True))
+                    stack.extend((k, False) for k in kids)
+                    continue
+            i = ids[term] = len(ids)
             # height: the longest chain of T terms down to an input (lists add nothing); a term
             # never depends on one of equal height, so rules may group those as independent
-            below = max((self._heights[a] for a in term.args if isinstance(a, Term)), default=0)
-            self._heights[term] = below + (CONSTRUCTORS_SORT[term.op] == "T")
+            cols, height = [str(i)], 0
+            for a in term.args:
+                if isinstance(a, Term):
+                    cols.append(str(ids[a]))
+                    height = max(height, heights[a])
+                else:
+                    cols.append(_field(a))
+            tables[term.op + "-row"].append("\t".join(cols))
             if CONSTRUCTORS_SORT[term.op] == "T":
+                height += 1
                 tables["pos-row"].append(str(i))
-                tables["height-row"].append(f"{i}\t{self._heights[term]}")
+                tables["height-row"].append(f"{i}\t{height}")
+            heights[term] = height
             self._counts[term.op] += 1
-        return self._ids[root]
+        return ids[root]
 
     def _sizes(self) -> dict[str, int]:
         """Rows per table."""
@@ -263,28 +353,29 @@ class EGraph:
         return report.updated
 
     def freeze(self) -> Frozen:
-        frozen = self._eg.freeze()
+        functions = self._eg.freeze().functions  # each read converts every table: read once
         ids: dict[Any, int] = {}
 
         def cid(v: Any) -> int:
             return ids.setdefault(v, len(ids))
 
-        convert = {"i64": self._eg.value_to_i64, "String": self._eg.value_to_string}
+        to_i64 = self._eg.value_to_i64
+        convert = {"i64": to_i64, "String": self._eg.value_to_string}
         nodes: list[ENode] = []
         classes: dict[int, list[int]] = {}
         refs: dict[int, int] = {}
         for ref in ("Ref", "LRef"):
-            for row in frozen.functions[ref].rows:
-                refs[self._eg.value_to_i64(row.inputs[0])] = cid(row.output)
-        for name, fn in frozen.functions.items():
+            for row in functions[ref].rows:
+                refs[to_i64(row.inputs[0])] = cid(row.output)
+        for name, fn in functions.items():
             sorts = CONSTRUCTORS.get(name)
             if sorts is None:
                 continue
+            kinds = [convert.get(s, cid) for s in sorts]
             for row in fn.rows:
                 if row.subsumed:
                     continue
-                kids = tuple(convert[s](v) if s in convert else cid(v) for s, v in zip(sorts, row.inputs))
-                node = ENode(name, kids, cid(row.output))
+                node = ENode(name, tuple(f(v) for f, v in zip(kinds, row.inputs)), cid(row.output))
                 classes.setdefault(node.eclass, []).append(len(nodes))
                 nodes.append(node)
         return Frozen(nodes, classes, refs)

@@ -116,3 +116,67 @@ def test_a_rule_with_an_unknown_stage_is_refused(tmp_path):
                    "RULES = [Rule('x', '(Unary f x)', 'x', stage='later')]\n")
     with pytest.raises(ValueError, match="unknown stage 'later'"):
         rewrites.family(str(mod))
+
+
+def test_an_engine_is_reused_as_it_was_after_the_program():
+    """A collected EGraph's engine serves the next one with the same rules: ``(pop)`` restores it
+    as it was after the declarations and rules ran, so the next graph's e-graph holds none of the
+    last one's terms and is the one a fresh engine builds."""
+    import optimus_egg.egraph as engine
+
+    x = Term("Input", (0,))
+    first = Term("Unary", ("relu#0", Term("Sl", (x, 1, 0, 8))))
+    second = Term("Unary", ("tanh#0", Term("Sl", (x, 1, 8, 8))))
+    fams = rewrites.families()
+    eg = EGraph(fams)
+    eg.add([first], [(x, [4, 64], "float32")])
+    eg.saturate(Budget())
+    used = eg._eg
+    del eg
+    reused = EGraph(fams)
+    assert reused._eg is used
+    reused.add([second], [(x, [4, 64], "float32")])
+    reused.saturate(Budget())
+    engine._idle().clear()  # the next EGraph gets a fresh engine
+    fresh = EGraph(fams)
+    assert fresh._eg is not used
+    fresh.add([second], [(x, [4, 64], "float32")])
+    fresh.saturate(Budget())
+    a, b = reused.freeze(), fresh.freeze()
+    assert {n.children[0] for n in a.nodes if n.op == "Unary"} == {"tanh#0"}
+    assert (a.nodes, a.classes, a.refs) == (b.nodes, b.classes, b.refs)
+
+
+def test_engines_stay_in_their_thread():
+    """bindings.EGraph is unsendable: an EGraph built in another thread gets its own engine."""
+    import threading
+
+    x = Term("Input", (0,))
+    fams = rewrites.families([])
+    EGraph(fams)  # leaves an idle engine in this thread
+    out = []
+
+    def build():
+        eg = EGraph(fams)
+        eg.add([Term("Unary", ("relu#0", x))], [(x, [4, 8], "float32")])
+        out.append({n.op for n in eg.freeze().nodes})
+
+    worker = threading.Thread(target=build)
+    worker.start()
+    worker.join()
+    assert out == [{"Input", "Unary"}]
+
+
+def test_egglog_package_imports_after_the_engine():
+    """The engine loads egglog's compiled bindings without the package (whose high-level API costs
+    0.1-0.3 s to import); a later ``import egglog`` still works and shares the same module."""
+    import subprocess
+    import sys
+
+    code = ("import sys, optimus_egg.egraph as engine\n"
+            "assert 'egglog' not in sys.modules\n"
+            "import egglog, egglog.bindings\n"
+            "from egglog import bindings\n"
+            "assert egglog.bindings is bindings is engine.bindings\n"
+            "assert str(egglog.EGraph().extract(egglog.i64(1) + 2)) == 'i64(3)'\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
