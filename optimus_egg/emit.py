@@ -25,6 +25,9 @@ from optimus_egg.optable import storage_key, val
 #: The positional arity of the slicing calls :meth:`Emitter.split_tilings` groups.
 _VIEW_ARITY = {torch.narrow: 4, torch.select: 3}
 
+#: Ops that copy their inputs into one new tensor: :meth:`Emitter.sink_input_stacks` moves them.
+_STACKING = frozenset({"cat", "concat", "concatenate", "stack"})
+
 #: ``node.meta`` key of an emitted node: the names of the original nodes it is equal to.
 ORIGIN = "optimus_egg_origin"
 
@@ -129,6 +132,7 @@ class Emitter:
         _propagate_meta(self.graph, self.gm)
         regrouped = self.split_tilings()
         regrouped.update(self.doubled_sums())
+        self.sink_input_stacks()
         outs = iter([regrouped.get(n, n) for n in roots])
         leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
         leaves = self.keep_aliasing(leaves, classes)
@@ -199,6 +203,40 @@ class Emitter:
         _propagate_meta(self.graph, self.gm)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return replaced
+
+    def sink_input_stacks(self) -> None:
+        """Cats and stacks of the graph's inputs alone (the weights a fused op reads, stacked in
+        every step), and the views around them, move down to just before their first reader.
+
+        The emitter writes operands in argument order, so a fused op's weight stacks can land
+        far above it (the biases of a fused layer norm's ``addcmul`` before the matmul that
+        feeds the norm); on CPU, Inductor then copies them in a kernel of their own instead of
+        in the consumer's (family batch_layernorm: 4 vs 3 forward launches). Only graphs where
+        every call is a known op (or one the rules build) that writes nothing are reordered, so nothing an input is read
+        from changes."""
+        nodes = list(self.graph.nodes)
+        built = {call.target for call in optable.BUILT.values()}
+        if not all(n.op in ("placeholder", "get_attr", "output") or n.target in built
+                   or (optable.lookup(n) is not None and not optable.is_inplace(n)) for n in nodes):
+            return
+        inputs_only: set[fx.Node] = set()  # computed from the inputs by views, cats and stacks alone
+        stacked: set[fx.Node] = set()  # ... and a cat or stack is among them
+        for n in nodes:
+            if n.op in ("placeholder", "get_attr"):
+                inputs_only.add(n)
+                continue
+            op = optable.lookup(n)
+            kind = None if op is None else ("stack" if op.name in _STACKING else op.kind)
+            if kind in ("stack", optable.Kind.VIEW) and all(a in inputs_only for a in n.all_input_nodes):
+                inputs_only.add(n)
+                if kind == "stack" or any(a in stacked for a in n.all_input_nodes):
+                    stacked.add(n)
+        moving: set[fx.Node] = set()
+        for n in reversed(nodes):
+            if n.users and (n in stacked or (n in inputs_only and n.op not in ("placeholder", "get_attr")
+                                             and all(u in moving for u in n.users))):
+                moving.add(n)
+                min(n.users).prepend(n)
 
     def keep_aliasing(self, leaves: list[Any], classes: dict[optable.Term, int]) -> list[Any]:
         """Outputs alias the inputs and each other exactly as the original outputs did, and

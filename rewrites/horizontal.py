@@ -14,7 +14,10 @@ of parallel ops would blow the e-graph up), members chained in program order (``
   ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
   each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
   and biases (Optimus' batch_layernorm). With weights, ``[d]``-shaped ones prove that only the
-  last dim is normalized.
+  last dim is normalized. Where the inputs are the ``g`` pieces that tile one ``[n, g * d]``
+  tensor along dim 1 (a split of features), the norm reads that tensor viewed as ``[n, g, d]``
+  instead of a stack of its pieces, and the outputs are selects along dim 1: the input costs
+  no copy, and a cat of the outputs in order is a view of the result.
 
 A fused form costs its cats (a stack of the weights every step is a kernel) and the extractor
 keeps it only where that is cheaper than the members' own linears.
@@ -44,6 +47,10 @@ DECLARATIONS = """
 (function bl-xs (T) TList :merge old)
 (function bl-ws (T) TList :merge old)
 (function bl-bs (T) TList :merge old)
+; layer norms with weights over the pieces that tile x along dim 1: group, x, start of the piece
+(function tn-member (BatchSig T i64) T :merge old)
+(function tn-ws (BatchSig T i64) TList :merge old)
+(function tn-bs (BatchSig T i64) TList :merge old)
 """
 
 
@@ -160,4 +167,31 @@ RULES += [
       *as_select_of(f"(Op {built('addcmul')} {args('(Unsqueeze (Cat bs) 1)', NORM, '(Unsqueeze (Cat ws) 1)')})", 2,
                     ("xs", "ws", "bs")), stage="seed", covers="batch_layernorm"),
     D("batch-norm-as-select-of-norm", *as_select_of(NORM, 3, ("xs",)), stage="seed", covers="batch_layernorm"),
+]
+
+
+# Layer norms with weights over the pieces that tile one tensor along dim 1, keyed by where each
+# piece starts (the list order is the pieces' order, whatever the program order): a member of
+# group s reads Sl(x, 1, st, d); the stacks run from the piece at st to the last one.
+TILE = ("(= s (bl-sig a))", "(= s (Batch k h n d d dt 2))", "(= xa (bl-x a))", "(= xa (Sl x 1 st d))")
+PIECE = ("(= a (tn-member s x st))", "(= s (Batch k h n d d dt 2))", "(= w (bl-w a))", "(= b (bl-b a))")
+TILED_NORM = '(Op (+ k "-plain") ' + args("(Unflat x 1 g)") + ")"  # the norm of x viewed as [n, g, d]
+FUSED = f"(Op {built('addcmul')} {args('(Cat bs)', TILED_NORM, '(Cat ws)')})"
+RULES += [
+    D("tiled-norm-member", TILE, ("(set (tn-member s x st) a)",), stage="seed", covers="batch_layernorm"),
+    D("tiled-norm-stack-last", (*PIECE, "(= (+ st d) (size x 1))"),
+      ("(set (tn-ws s x st) (Cons (Unsqueeze w 0) (Nil) 0))", "(set (tn-bs s x st) (Cons (Unsqueeze b 0) (Nil) 0))"),
+      stage="seed", covers="batch_layernorm"),
+    D("tiled-norm-stack", (*PIECE, "(= ws (tn-ws s x (+ st d)))", "(= bs (tn-bs s x (+ st d)))"),
+      ("(set (tn-ws s x st) (Cons (Unsqueeze w 0) ws 0))", "(set (tn-bs s x st) (Cons (Unsqueeze b 0) bs 0))"),
+      stage="seed", covers="batch_layernorm"),
+    # select st / d of addcmul(stack(b), norm(x as [n, g, d]), stack(w)) is member a: its own
+    # piece, normalized, times its own weight plus its own bias (the stacks hold the member that
+    # owns each start: tn-member keeps one per start, and only that one is rewritten)
+    D("tiled-norm-as-select-of-addcmul",
+      (*TILE, "(= a (tn-member s x st))", "(= ws (tn-ws s x 0))", "(= bs (tn-bs s x 0))", "(= W (size x 1))",
+       "(= g (/ W d))", "(> g 1)"),
+      (f"(let r {FUSED})", "(union a (Squeeze (Sl r 1 (/ st d) 1) 1))", "(set (rank r) 3)", "(set (size r 0) n)",
+       "(set (size r 1) g)", "(set (size r 2) d)", "(set (dtype r) dt)"),
+      stage="seed", covers="batch_layernorm"),
 ]

@@ -194,3 +194,40 @@ def test_sums_that_are_not_a_doubling_stay_sums(fn):
         got, want = gm(*args)[0], fn(*args)[0]
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want)
+
+
+def _order(gm, *targets):
+    """Each target's first node's position in ``gm``'s graph."""
+    nodes = list(gm.graph.nodes)
+    return [next(i for i, n in enumerate(nodes) if n.target is t) for t in targets]
+
+
+def test_a_stack_of_inputs_moves_down_to_its_reader():
+    # Written first, a stack of weights lands above the compute that its reader also reads;
+    # Inductor (CPU) then copies it in a kernel of its own instead of in the reader's.
+    def fn(x, a, b):
+        return (torch.stack([a, b]) * torch.exp(torch.cat([x[:, :2], x[:, 2:]], 1)).unsqueeze(0),)
+
+    args = (torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4))
+    gm, report = optimize(Fn(fn), args)
+    assert report.fallback is None and not report.kept
+    stack, exp = _order(gm, torch.cat, torch.exp)  # (the stack is written as a cat of unflattens)
+    assert exp < stack
+    torch.testing.assert_close(gm(*args)[0], fn(*args)[0])
+
+
+def test_nothing_moves_past_a_write():
+    # An in-place op anywhere: the graph keeps the emitted order (the stack still reads its
+    # inputs before any op that could write them).
+    def fn(x, a, b):
+        s = torch.stack([a, b])
+        y = torch.exp(torch.cat([x[:, :2], x[:, 2:]], 1))
+        return (s * y.unsqueeze(0), x.clone().add_(1))
+
+    args = (torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4))
+    gm, report = optimize(Fn(fn), args)
+    assert report.fallback is None and not report.kept
+    stack, exp = _order(gm, torch.cat, torch.exp)  # (the stack is written as a cat of unflattens)
+    assert stack < exp
+    for got, want in zip(gm(*args), fn(*args), strict=True):
+        torch.testing.assert_close(got, want)

@@ -213,14 +213,59 @@ def test_layer_norms_with_their_own_weights_become_one_norm_and_one_affine():
     report, gm = check(model, XN)
     assert report.rules_fired["batch-norm-as-select-of-addcmul"] == 6
     assert _calls(gm, "layer_norm") == 1 and _calls(gm, "addcmul") == 1
+    # stacks of the weights and biases, the norm and the affine replace six norms; the pieces
+    # tile the input, so the norm reads it as [5, 6, 8] and the cat of the outputs is a view
+    assert report.rules_fired["tiled-norm-as-select-of-addcmul"] == 6
+    assert launches(gm, XN) == 4 < launches(model, XN) == 6 + 1
+
+
+def test_layer_norms_on_pieces_that_tile_no_tensor_read_a_stack_of_them():
+    norms, x = Norms().norms, torch.randn(5, 96)
+
+    def fn(x):  # every other 8 columns unread
+        return torch.cat([n(x[:, 16 * i:16 * i + 8]) for i, n in enumerate(norms)], 1)
+
+    report, gm = check(fn, x)
+    assert report.rules_fired["batch-norm-as-select-of-addcmul"] == 6
+    assert "tiled-norm-as-select-of-addcmul" not in report.rules_fired
     # stacks of the inputs, weights and biases, the norm and the affine replace six norms
-    assert launches(gm, XN) == 5 + 1 < launches(model, XN) == 6 + 1
+    assert _calls(gm, "layer_norm") == 1 and launches(gm, x) == 5 + 1
+
+
+class Shuffled(Norms):
+    """Norm ``i`` reads piece ``order[i]``; every piece read once, one piece maybe twice."""
+
+    def __init__(self, order: list[int]) -> None:
+        super().__init__(len(order))
+        self.order = order
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pieces = x.chunk(6, 1)
+        return torch.cat([n(pieces[i]) for n, i in zip(self.norms, self.order)], 1)
+
+
+def test_layer_norms_over_the_pieces_of_a_tensor_in_any_order_keep_their_own_weights():
+    model, x = Shuffled([3, 0, 5, 1, 4, 2]), torch.randn(5, 48, requires_grad=True)
+    report, gm = check(model, XN)
+    assert report.rules_fired["tiled-norm-as-select-of-addcmul"] == 6 and _calls(gm, "layer_norm") == 1
+    _assert_same_gradients(model, gm, x)
+
+
+def test_two_layer_norms_of_one_piece_stay_exact():
+    # Two norms of one template read piece 0: one start, two members; only the one the
+    # stacks hold is rewritten to a select of the tiled norm.
+    model, x = Shuffled([0, 1, 2, 3, 4, 5, 0]).double(), torch.randn(5, 48, dtype=torch.float64, requires_grad=True)
+    report, gm = check(model, XN.double())
+    assert report.rules_fired["tiled-norm-member"] == 7
+    _assert_same_gradients(model, gm, x)  # (float64: piece 0's two gradients add up in another order)
 
 
 def test_layer_norms_without_weights_become_one_norm():
     model = Norms(affine=False)
     report, gm = check(model, XN)
     assert report.rules_fired["batch-norm-as-select-of-norm"] == 6
+    # (no weights prove which dims a plain norm normalizes: never read as the tiled [5, 6, 8])
+    assert "tiled-norm-member" not in report.rules_fired
     assert _calls(gm, "layer_norm") == 1 and _calls(gm, "addcmul") == 0
     assert launches(gm, XN) < launches(model, XN)
 
@@ -242,8 +287,8 @@ def test_layer_norms_over_both_dims_of_each_input_stay_exact():
 
 def test_fused_layer_norms_train_like_the_originals():
     model, x = Norms(), torch.randn(5, 48, requires_grad=True)
-    gm, _ = optimize(model, (x,))
-    assert _calls(gm, "addcmul") == 1
+    gm, report = optimize(model, (x,))
+    assert _calls(gm, "addcmul") == 1 and report.rules_fired["tiled-norm-as-select-of-addcmul"] == 6
     _assert_same_gradients(model, gm, x)
 
 
