@@ -216,8 +216,9 @@ class Emitter:
         from changes."""
         nodes = list(self.graph.nodes)
         built = {call.target for call in optable.BUILT.values()}
-        if not all(n.op in ("placeholder", "get_attr", "output") or n.target in built
-                   or (optable.lookup(n) is not None and not optable.is_inplace(n)) for n in nodes):
+        if not all(n.op in ("placeholder", "get_attr", "output")
+                   or ((n.target in built or optable.lookup(n) is not None) and not optable.is_inplace(n))
+                   for n in nodes):
             return
         inputs_only: set[fx.Node] = set()  # computed from the inputs by views, cats and stacks alone
         stacked: set[fx.Node] = set()  # ... and a cat or stack is among them
