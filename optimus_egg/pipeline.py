@@ -176,7 +176,8 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
             setattr(report, k, copy.deepcopy(v))
         report.cache_hit = True
         phase("cache")
-    if not _cheaper(report):
+    trained = _grad_inputs(gm)
+    if not _cheaper(report, training=bool(trained)):
         # A rewrite that saves nothing can still cost: Inductor fuses a re-emitted graph
         # differently (measured: 45 vs 39 launches per training step on an untouched chain).
         report.kept, report.kernels_after = True, report.kernels_before
@@ -189,7 +190,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     emitter.mark_origins(classes)
     _check_outputs(gm, new_gm)
     phase("emit")
-    if _grad_inputs(new_gm) != _grad_inputs(gm):
+    if _grad_inputs(new_gm) != trained:
         # An input that requires grad and no longer reaches an output (b in cat([a, b])[:, :n])
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values, so the original is kept.
@@ -199,13 +200,16 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     return new_gm
 
 
-def _cheaper(report: Report) -> bool:
-    """Fewer kernels, or as many reading fewer cat inputs. No cost model prices cat inputs in
-    kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes each one with a
-    loop of its own, and a piece glued back whole reads as one contiguous copy."""
+def _cheaper(report: Report, training: bool) -> bool:
+    """Fewer kernels, or, without gradients, as many reading fewer cat inputs. No cost model
+    prices cat inputs in kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes
+    each one with a loop of its own, and a piece glued back whole reads as one contiguous copy.
+    In training the slices that replace a split's pieces cost backward kernels the forward count
+    does not see (a slice's gradient is a zero-filled copy where a split's is one cat: family
+    split_cat_to_slices, 15 → 18 eager launches per training step)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    return report.cat_inputs[1] < report.cat_inputs[0]
+    return not training and report.cat_inputs[1] < report.cat_inputs[0]
 
 
 #: The report fields the search fills (and the cache restores).
