@@ -72,10 +72,14 @@ RULES = [
            ("(slice-in t r d (- s m) n)",), covers="split_cat_pass"),
     Derive("slice-in-piece", ("(slice-in t l d 0 n)", "(list-cell l a r d)", "(= n (size a d))"),
            ("(union t a)",), covers="split_cat_pass"),
-    # A slice that falls in adjacent pieces of x is a slice of x: slice-run t m x d s a n: t (n
-    # wide) begins with x[s:s+a], and the rest of it (n - a) begins the list m.
-    Derive("slice-in-run", ("(slice-in t l d u n)", "(run l m x d s w c)", "(< u w)"),
-           ("(slice-run t m x d (+ s u) (- w u) n)",), covers="split_cat_pass"),
+    Derive("slice-in-sliced-piece", ("(slice-in t l d s n)", "(list-cell l (Sl x d u w) r d)", "(<= (+ s n) w)"),
+           ("(union t (Sl x d (+ u s) n))",), covers="split_cat_pass"),
+    # A slice across adjacent pieces of x is a slice of x: slice-run t m x d s a n: t (n wide)
+    # begins with x[s:s+a], and the rest of it (n - a) begins the list m. Only for a slice that
+    # runs past the piece it starts in (a re-split of a cat mostly reads whole pieces).
+    Derive("slice-in-run", ("(slice-in t l d u n)", "(list-cell l a r d)", "(= m (size a d))", "(< u m)",
+                            "(> (+ u n) m)", "(run l k x d s w c)"),
+           ("(slice-run t k x d (+ s u) (- w u) n)",), covers="split_cat_pass"),
     Derive("slice-run-grows", ("(slice-run t m x d s a n)", "(< a n)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
            ("(slice-run t k x d s (+ a b) n)",)),
     Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
