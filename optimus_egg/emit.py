@@ -291,6 +291,10 @@ class Emitter:
                 base = self.value_of(old_base, classes)
                 if not isinstance(val(base), torch.Tensor):
                     raise RuntimeError(f"cannot keep output aliasing: {old_base.name} is not a tensor")
+                if _grad(val(base)) != _grad(val(old_base)):
+                    # equal values, not equal grad flags: cat([x.detach(), y[0:0]]) is x.detach()
+                    # but requires grad through the empty piece; the base is computed as written
+                    base = self.as_written(old_base)
                 if storage_key(val(base)) in inputs | claimed:
                     base = self.graph.call_function(torch.clone, (base,))
                     _fake_run(base)
@@ -332,6 +336,29 @@ class Emitter:
                 raise RuntimeError(f"cannot re-derive an output: the original {t.op} e-node is gone")
             self._original[cls] = node
             stack.extend(a for a in t.args if isinstance(a, optable.Term))
+
+    def as_written(self, old: fx.Node) -> fx.Node:
+        """``old`` computed as the program wrote it: its nodes, down to the inputs, copied. Only
+        in graphs that write nothing (a copy would move a read past a write)."""
+        if any(optable.is_inplace(n) for n in self.gm.graph.nodes if n.op != "output"):
+            raise RuntimeError(f"cannot recompute {old.name} as written in a graph that writes")
+        needed, stack = set(), [old]
+        while stack:
+            n = stack.pop()
+            if n not in needed:
+                needed.add(n)
+                stack.extend(n.all_input_nodes)
+        copies: dict[fx.Node, fx.Node] = {}
+        for n in self.gm.graph.nodes:  # program order: operands first
+            if n not in needed:
+                continue
+            if n in self.tr.inputs:
+                copies[n] = self.inputs[self.tr.inputs.index(n)]
+                continue
+            copies[n] = self.graph.node_copy(n, copies.__getitem__)
+            copies[n].meta = {}
+            _fake_run(copies[n], root=self.gm)
+        return copies[old]
 
     def _copy_view_chain(self, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],
                          classes: dict[optable.Term, int]) -> fx.Node:

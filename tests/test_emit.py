@@ -272,3 +272,18 @@ def test_a_dynamo_graph_keeps_what_tells_its_parameters_from_its_inputs():
     assert new._param_name_to_source == old._param_name_to_source
     sources = [[p._dynamo_source for p in g.graph.find_nodes(op="placeholder")] for g in (old, new)]
     assert sources[0] == sources[1] and len(sources[0]) == 3  # x, the weight, the bias
+
+
+def test_an_output_whose_grad_flag_the_rewrite_drops_is_computed_as_written():
+    """``cat([x[0:1].detach(), relu(x[1:])])`` of a one-row ``x`` is ``x[0:1].detach()`` in value
+    (the second piece is empty) but requires grad through the empty piece: the output is computed
+    as the program wrote it (fuzzer, seed 31, grad flavour: the optimizer fell back)."""
+    from tests.fuzz.check import dynamo_graph
+
+    src = ("def forward(self, x0):\n"
+           "    v0 = torch.stack([torch.relu(v) for v in torch.unbind(x0, 1)], 1)\n"
+           "    v1 = torch.tensor_split(v0, [1], dim=0)\n"
+           "    v2 = torch.cat([v1[0].detach(), torch.relu(v1[1])], 0)\n"
+           "    return (v2, v1)\n")
+    program = Program(src, (torch.randn(1, 10),))
+    check_program(program, dynamo_graph(program, False, True), True)
