@@ -213,6 +213,14 @@ class Emitter:
             n.replace_all_uses_with(new)
             self.graph.erase_node(n)
             replaced[n] = new
+        # what reads a doubling reads a new tensor: its fake value (storage, for the aliasing
+        # checks that follow) is derived again, like everything computed from it
+        stale = set(replaced.values())
+        for n in self.graph.nodes:
+            if n not in stale and any(a in stale for a in n.all_input_nodes):
+                stale.add(n)
+                n.meta.pop("val", None)
+                n.meta.pop("example_value", None)
         _propagate_meta(self.graph, self.gm)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return replaced
