@@ -179,6 +179,7 @@ class Emitter:
             size = val(base).shape[d]
             if len(spans) < 2 or type(size) is not int or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
                 continue
+            base = replaced.get(base, base)  # itself a slice that an earlier group replaced
             with self.graph.inserting_before(min(nodes, key=order.__getitem__)):
                 whole = (self.graph.call_function(torch.unbind, (base, d)) if select
                          else self.graph.call_function(torch.split, (base, [length for _, length in spans], d)))

@@ -302,3 +302,18 @@ def test_outputs_that_a_doubling_makes_one_tensor_stay_apart():
     gm = check_program(Program(src, (torch.randn(4, 3),)))
     a, b = gm(torch.randn(4, 3))
     assert a.untyped_storage()._cdata != b.untyped_storage()._cdata
+
+
+def test_tilings_of_a_piece_of_a_tiling_are_split_from_the_new_piece():
+    """``x`` tiled along dim 1 and its second piece tiled again along dim 0: both become splits,
+    and the second reads the first's piece; it read the slice the first had replaced (the
+    generated code then read a deleted variable; fuzzer, 2000 programs, seed 37)."""
+    src = ("def forward(self, x0):\n"
+           "    v0 = torch.div(x0.narrow(3, 0, 1), x0.narrow(3, 0, 1))\n"
+           "    v1 = torch.div(x0.narrow(3, 1, 6), x0.narrow(3, 1, 6))\n"
+           "    v2 = torch.cat([v0, v1], 3)\n"
+           "    return (v1[..., :, :8:2, :], v1, v0, torch.split(v1, 1, 0))\n")
+    from tests.fuzz.check import dynamo_graph
+
+    program = Program(src, (torch.randn(2, 3, 4, 7),))
+    check_program(program, dynamo_graph(program, False, False))
