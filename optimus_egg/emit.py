@@ -234,8 +234,8 @@ class Emitter:
         far above it (the biases of a fused layer norm's ``addcmul`` before the matmul that
         feeds the norm); on CPU, Inductor then copies them in a kernel of their own instead of
         in the consumer's (family batch_layernorm: 4 vs 3 forward launches). Only graphs where
-        every call is a known op (or one the rules build) that writes nothing are reordered, so nothing an input is read
-        from changes."""
+        every call is a known op (or one the rules build) that writes nothing are reordered, so
+        nothing an input is read from changes."""
         nodes = list(self.graph.nodes)
         built = {call.target for call in optable.BUILT.values()}
         if not all(n.op in ("placeholder", "get_attr", "output")

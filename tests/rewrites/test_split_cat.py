@@ -192,6 +192,9 @@ def test_a_slice_across_adjacent_cat_pieces_is_a_slice_of_their_source():
         report, gm = check(fn, X, y)
         assert report.rules_fired["slice-run-covers"] > 0 and launches(gm, X, y) == 1, report.summary()
         assert _cat_inputs(gm) == [] and gm(X, y).shape == (4, width)
+    # across pieces of x with a gap between them: the cat stays
+    report, gm = check(lambda x: torch.cat([x[:, 0:4], x[:, 8:12]], 1)[:, 2:6] * 2, X)
+    assert _cat_inputs(gm) == [2] and launches(gm, X) == 2
 
 
 X3 = torch.randn(4, 3, 5)
