@@ -1,22 +1,31 @@
 """``torch.compile(model, backend="optimus_egg")``: rewrite Dynamo's graph, then Inductor.
 
 The rewrite runs on Dynamo's torch-level graph, before AOTAutograd: autograd then derives the
-backward of the clean forward, so training loses the cruft on both passes (a joint-graph pass
-would have to match backward patterns too; see shared/reference/inductor-hooks.md). Mutation is
-handled by the frontend's effect chain, and every node carries Dynamo's fake ``example_value``.
+backward of the clean forward, so training loses the cruft on both passes. What autograd writes
+that no forward rewrite reaches (the weight gradients of parallel or chained linears, one ``mm``
+each) is rewritten once more in the backward graph, at Inductor's post-grad hook
+(:class:`BackwardPass`; see shared/reference/inductor-hooks.md). Mutation is handled by the
+frontend's effect chain, and every node carries Dynamo's fake ``example_value``.
 """
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections import deque
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch.fx as fx
+from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from optimus_egg import rewrites
 from optimus_egg.pipeline import Options, Report, optimize_graph
 
-#: Reports of the most recent graphs this backend optimized, newest last.
+#: Reports of the most recent graphs this backend optimized, newest last: Dynamo's graphs, and
+#: (:class:`BackwardPass`) the backward graphs Inductor derived from them.
 REPORTS: deque[Report] = deque(maxlen=64)
+BACKWARD_REPORTS: deque[Report] = deque(maxlen=64)
 
 #: Inductor config for a rewritten graph. In-place buffer reuse miscompiled the backward of the
 #: zoo's sequence model as rewritten (embedding and position-table gradients off by 0.06 on CPU,
@@ -25,11 +34,65 @@ REPORTS: deque[Report] = deque(maxlen=64)
 REWRITTEN_CONFIG: dict[str, Any] = {"inplace_buffers": False}
 
 
+class BackwardPass(CustomGraphPass):
+    """The rules on a post-grad backward graph (ATen), in place; forward graphs are left alone
+    (they are what the Dynamo-level rewrite already produced). Its outputs are gradients, so
+    they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``)."""
+
+    def __init__(self, options: Options) -> None:
+        self.options = options
+
+    def __call__(self, graph: fx.Graph) -> None:
+        if not any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
+            return
+        gm = graph.owning_module
+        new_gm, report = optimize_graph(gm, self.options, disjoint_outputs=True)
+        BACKWARD_REPORTS.append(report)
+        if new_gm is not gm:
+            _replace(graph, new_gm.graph)
+
+    def uuid(self) -> str:
+        """Covers what the pass computes from: this package's code, the rules, the options."""
+        rules = [r.egglog("") for f in rewrites.families(self.options.families) for r in f.rules]
+        return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules}".encode()).hexdigest()
+
+
+@functools.cache
+def _source_hash() -> str:
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.rglob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _replace(graph: fx.Graph, new: fx.Graph) -> None:
+    """``graph`` made to compute what ``new`` computes (Inductor holds ``graph``): ``new``'s calls
+    copied in before its output, reading its inputs, then the calls nothing reads any more erased."""
+    olds = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
+    news = [n for n in new.nodes if n.op in ("placeholder", "get_attr")]
+    env = dict(zip(news, olds))
+    output = next(iter(graph.find_nodes(op="output")))
+    with graph.inserting_before(output):
+        for n in new.nodes:
+            if n.op == "output":
+                output.args = fx.node.map_arg(n.args, env.__getitem__)
+            elif n not in env:
+                env[n] = graph.node_copy(n, env.__getitem__)
+    copied = set(env.values())
+    for n in reversed(list(graph.nodes)):
+        if n.op == "call_function" and not n.users and n not in copied:
+            graph.erase_node(n)
+
+
 def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                         options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
+    from torch._inductor import config
     from torch._inductor.compile_fx import compile_fx
 
     opts = Options.from_kwargs(**(options or {}))
     new_gm, report = optimize_graph(gm, opts)
     REPORTS.append(report)
-    return compile_fx(new_gm, example_inputs, config_patches=REWRITTEN_CONFIG if new_gm is not gm else None)
+    patches = dict(REWRITTEN_CONFIG) if new_gm is not gm else {}
+    if config.post_grad_custom_post_pass is None:  # a pass of the user's own is left in place
+        patches["post_grad_custom_post_pass"] = BackwardPass(opts)
+    return compile_fx(new_gm, example_inputs, config_patches=patches)

@@ -80,8 +80,8 @@ def _loaders() -> dict[str, str]:
 
 #: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
 _FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"), "rank": ("i64", "(set (rank (Ref i)) a0)"),
-          "pos": ("", "(set (pos (Ref i)) i)"), "dtype": ("String", "(set (dtype (Ref i)) a0)"),
-          "height": ("i64", "(set (height (Ref i)) a0)")}
+          "pos": ("", "(set (pos (Ref i)) i) (set (output (Ref i)) 0)"), "output": ("", "(set (output (Ref i)) 1)"), "dtype": ("String", "(set (dtype (Ref i)) a0)"),
+          "height": ("i64", "(set (height (Ref i)) a0)"), "depth": ("i64", "(set (depth (Ref i)) a0)")}
 
 
 _LOADERS = _loaders()
@@ -221,8 +221,10 @@ class EGraph:
         program = "\n".join(texts)
         return self._eg.run_program(*self._eg.parse_program(program))
 
-    def add(self, roots: list[Term], facts: list[tuple[Term, list[int | None], str]]) -> dict[Term, int]:
+    def add(self, roots: list[Term], facts: list[tuple[Term, list[int | None], str]],
+            outputs: list[Term] = ()) -> dict[Term, int]:
         """Insert terms (and their subterms) and their shape/dtype facts; return their Ref ids.
+        ``outputs``: the terms the graph returns as tensors of their own (``output`` is 1).
 
         Rows go in as tables, not commands: each top-level egglog command costs time that grows
         with the e-graph (building 600 blocks one ``union`` at a time took seconds), while
@@ -237,6 +239,8 @@ class EGraph:
             tables["rank-row"].append(f"{i}\t{len(shape)}")
             tables["size-row"].extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
             tables["dtype-row"].append(f"{i}\t{_field(dtype)}")
+        self._depths(tables)
+        tables["output-row"].extend(str(self._ids[t]) for t in outputs)
         with tempfile.TemporaryDirectory(prefix="optimus_egg_") as tmp:
             inputs = []
             for name, rows in tables.items():
@@ -286,6 +290,20 @@ class EGraph:
             heights[term] = height
             self._counts[term.op] += 1
         return ids[root]
+
+    def _depths(self, tables: dict[str, list[str]]) -> None:
+        """depth: the longest chain of T terms up to an output (lists add nothing). Like height,
+        a term never depends on one of equal depth; unlike height, the terms a graph only returns
+        (a backward's weight gradients, computed at every height) share one."""
+        depths: dict[Term, int] = {}
+        for term, i in reversed(self._ids.items()):  # ids number operands first: readers come first
+            d = depths.get(term, 0)
+            step = 1 if CONSTRUCTORS_SORT[term.op] == "T" else 0
+            for a in term.args:
+                if isinstance(a, Term) and depths.get(a, -1) < d + step:
+                    depths[a] = d + step
+            if step:
+                tables["depth-row"].append(f"{i}\t{d}")
 
     def _sizes(self) -> dict[str, int]:
         """Rows per table."""

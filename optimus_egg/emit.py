@@ -19,7 +19,7 @@ from optimus_egg import optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.frontend import Translation
-from optimus_egg.optable import storage_key, val
+from optimus_egg.optable import static_int, storage_key, val
 
 
 #: The positional arity of the slicing calls :meth:`Emitter.split_tilings` groups.
@@ -41,8 +41,11 @@ ORIGIN = "optimus_egg_origin"
 
 
 class Emitter:
-    def __init__(self, gm: fx.GraphModule, tr: Translation, eg: Frozen, ex: Extraction) -> None:
+    def __init__(self, gm: fx.GraphModule, tr: Translation, eg: Frozen, ex: Extraction,
+                 disjoint_outputs: bool = False) -> None:
         self.gm, self.tr, self.eg, self.ex = gm, tr, eg, ex
+        self.disjoint_outputs = disjoint_outputs  # see keep_aliasing
+        self.copies: list[fx.Node] = []  # kernels keep_aliasing added, which no cost model saw
         self.graph = fx.Graph()
         self.graph._codegen = copy.copy(gm.graph._codegen)
         self.done: dict[int, fx.Node] = {}
@@ -145,7 +148,11 @@ class Emitter:
         self.sink_input_stacks()
         outs = iter([regrouped.get(n, n) for n in roots])
         leaves = [next(outs) if isinstance(x, optable.Term) else x for x in self.tr.outputs]
+        before = set(self.graph.nodes)
         leaves = self.keep_aliasing(leaves, classes)
+        self.copies = [n for n in self.graph.nodes if n not in before and optable.launches(n)]
+        if optable.is_aten(self.gm.graph):
+            leaves = self.to_aten(leaves)
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
         new_gm = fx.GraphModule(self.gm, self.graph)
         new_gm.meta = dict(self.gm.meta)
@@ -234,12 +241,13 @@ class Emitter:
         far above it (the biases of a fused layer norm's ``addcmul`` before the matmul that
         feeds the norm); on CPU, Inductor then copies them in a kernel of their own instead of
         in the consumer's (family batch_layernorm: 4 vs 3 forward launches). Only graphs where
-        every call is a known op (or one the rules build) that writes nothing are reordered, so
-        nothing an input is read from changes."""
+        every call is a known op (or one the rules build, or an ATen op: its schema says what it
+        writes) that writes nothing are reordered, so nothing an input is read from changes."""
         nodes = list(self.graph.nodes)
         built = {call.target for call in optable.BUILT.values()}
         if not all(n.op in ("placeholder", "get_attr", "output")
-                   or ((n.target in built or optable.lookup(n) is not None) and not optable.is_inplace(n))
+                   or ((n.target in built or optable.lookup(n) is not None
+                        or isinstance(n.target, torch._ops.OpOverload)) and not optable.is_inplace(n))
                    for n in nodes):
             return
         inputs_only: set[fx.Node] = set()  # computed from the inputs by views, cats and stacks alone
@@ -261,6 +269,29 @@ class Emitter:
                 moving.add(n)
                 min(n.users).prepend(n)
 
+    def to_aten(self, leaves: list[Any]) -> list[Any]:
+        """Every torch-level call written here in its ATen spelling (``optable.ATEN_CALLS``): a
+        graph that was ATen (Inductor's post-grad graphs) is lowered op by op, and a
+        ``torch.narrow`` has no lowering. Returns the output leaves, replaced where they were."""
+        replaced: dict[fx.Node, fx.Node] = {}
+        for n in list(self.graph.nodes):
+            lower = optable.ATEN_CALLS.get(n.target) if n.op == "call_function" else None
+            if lower is None:
+                continue
+            with self.graph.inserting_before(n):
+                new = lower(self.graph, n)
+            n.replace_all_uses_with(new)
+            self.graph.erase_node(n)
+            replaced[n] = new
+            for user in new.users:  # a tuple's projections read the new tuple's values
+                if user.target is operator.getitem:
+                    user.meta.pop("val", None)
+        if not optable.is_aten(self.graph):
+            raise RuntimeError("a call the emitter wrote has no ATen spelling (optable.ATEN_CALLS)")
+        _propagate_meta(self.graph, self.gm)
+        self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
+        return [replaced.get(x, x) if isinstance(x, fx.Node) else x for x in leaves]
+
     def keep_aliasing(self, leaves: list[Any], classes: dict[optable.Term, int]) -> list[Any]:
         """Outputs alias the inputs and each other exactly as the original outputs did, and
         require grad exactly when they did.
@@ -273,7 +304,11 @@ class Emitter:
         its own (the input it aliased, or a fresh one no other group has), or whose grad flags
         changed, is re-derived: the original view chains from the group's base, re-applied to the
         base's new value (a copy of it if that is taken), so the group aliases exactly what it
-        aliased before. What cannot be re-derived that way raises (the graph is left as it was)."""
+        aliased before. What cannot be re-derived that way raises (the graph is left as it was).
+
+        With ``disjoint_outputs`` (a backward graph, whose outputs are gradients, never views of
+        each other) fresh outputs may share a storage where they touch none of each other's
+        elements: a batched weight gradient is one ``bmm``, each parameter's a select of it."""
         old_leaves = pytree.tree_leaves(next(iter(self.gm.graph.find_nodes(op="output"))).args[0])
         inputs = {storage_key(val(n)) for n in self.tr.inputs} - {None}  # the new placeholders share these
         groups: dict[Any, list[int]] = {}
@@ -281,14 +316,16 @@ class Emitter:
             was = _storage(val(old))
             if was is not None:
                 groups.setdefault(was, []).append(i)
-        claimed: set[Any] = set()
+        claimed: dict[Any, list[tuple[int, int] | None]] = {}  # storage -> the spans outputs took
         broken = []
         for was, members in groups.items():
             now = {_storage(val(leaves[i])) for i in members}
             k = now.pop() if len(now) == 1 else None
             same_grad = all(_grad(val(old_leaves[i])) == _grad(val(leaves[i])) for i in members)
-            if same_grad and k is not None and (k == was if was in inputs else k not in inputs and k not in claimed):
-                claimed.add(k)
+            spans = [_span(val(leaves[i])) for i in members]
+            fresh = k not in inputs and (k not in claimed or self.disjoint_outputs and _disjoint(spans, claimed[k]))
+            if same_grad and k is not None and (k == was if was in inputs else fresh):
+                claimed.setdefault(k, []).extend(spans)
             else:
                 broken.append((was, members))
         out = list(leaves)
@@ -304,10 +341,10 @@ class Emitter:
                     # equal values, not equal grad flags: cat([x.detach(), y[0:0]]) is x.detach()
                     # but requires grad through the empty piece; the base is computed as written
                     base = self.as_written(old_base)
-                if storage_key(val(base)) in inputs | claimed:
+                if storage_key(val(base)) in inputs or storage_key(val(base)) in claimed:
                     base = self.graph.call_function(torch.clone, (base,))
                     _fake_run(base)
-                claimed.add(storage_key(val(base)))
+                claimed[storage_key(val(base))] = [None]
             copies = {old_base: base}
             for i in members:
                 out[i] = self._copy_view_chain(old_leaves[i], was, copies, classes)
@@ -399,8 +436,11 @@ class Emitter:
 def _propagate_meta(graph: fx.Graph, root: torch.nn.Module) -> None:
     """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's.
 
-    ``root`` holds the submodules of ``call_module`` nodes (graphs from ``fx.symbolic_trace``)."""
-    no_inputs_mode = FakeTensorMode(allow_non_fake_inputs=True)  # for nodes that read no fake value
+    ``root`` holds the submodules of ``call_module`` nodes (graphs from ``fx.symbolic_trace``).
+    A node that reads no fake value (``full([], 0.0)``) gets one in the inputs' mode: a value
+    of another mode cannot meet them in a later op."""
+    modes = (v.fake_mode for n in graph.find_nodes(op="placeholder") if isinstance(v := val(n), FakeTensor))
+    no_inputs_mode = next(modes, None) or FakeTensorMode(allow_non_fake_inputs=True)
     for node in graph.nodes:
         if node.op in ("call_function", "call_method", "call_module") and "val" not in node.meta:
             _fake_run(node, no_inputs_mode, root)
@@ -428,6 +468,23 @@ def _storage(v: Any) -> Any:
         keys = {storage_key(t) for t in v}
         return keys.pop() if len(keys) == 1 else None
     return None
+
+
+def _span(v: Any) -> tuple[int, int] | None:
+    """The elements of its storage a tensor can touch, as [first, last + 1) (None: unknown)."""
+    if not isinstance(v, torch.Tensor):
+        return None
+    ints = [static_int(x) for x in (v.storage_offset(), *v.shape, *v.stride())]
+    if None in ints:
+        return None
+    start, shape, strides = ints[0], ints[1:1 + v.dim()], ints[1 + v.dim():]
+    if 0 in shape:
+        return (start, start)
+    return (start, start + 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)))
+
+
+def _disjoint(spans: list[tuple[int, int] | None], taken: list[tuple[int, int] | None]) -> bool:
+    return all(a is not None and b is not None and (a[1] <= b[0] or b[1] <= a[0]) for a in spans for b in taken)
 
 
 def _grad(v: Any) -> Any:

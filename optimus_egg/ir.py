@@ -35,6 +35,8 @@ DECLARATIONS = """
 (function lsize (TList) i64 :merge (min old new))
 (function pos (T) i64 :merge (min old new))  ; order in the program as translated (operands first)
 (function height (T) i64 :merge (max old new))  ; longest chain of terms down to an input, as translated
+(function depth (T) i64 :merge (max old new))  ; longest chain of terms up to an output, as translated
+(function output (T) i64 :merge (max old new))  ; 1: returned, and must stay a tensor of its own; else 0
 """
 
 #: Constructors and the sorts of their arguments, as declared above.

@@ -44,11 +44,12 @@ def _ops(kind: Kind, spec: dict[str, Sequence[Any]]) -> list[OpDef]:
 
 
 def _fn(*names: str) -> list[Any]:
-    """The torch-level callables and Tensor method names that spell one op."""
+    """The torch-level callables, Tensor method names and ATen ops (every overload: Inductor's
+    post-grad graphs) that spell one op."""
     out: list[Any] = []
     for name in names:
-        for ns in (torch, F, torch._C._nn, torch.special):
-            obj = getattr(ns, name, None)
+        for ns in (torch, F, torch._C._nn, torch.special, torch.ops.aten):
+            obj = getattr(ns, name, None) if ns is not torch.ops.aten or hasattr(ns, name) else None
             if obj is not None and obj not in out:
                 out.append(obj)
         if hasattr(torch.Tensor, name):
@@ -75,7 +76,7 @@ OPS: list[OpDef] = [
         "view", "permute", "transpose", "swapaxes", "swapdims", "t", "expand", "expand_as",
         "view_as", "unflatten", "movedim", "moveaxis", "squeeze", "unsqueeze", "detach", "alias",
         "narrow", "select", "split", "split_with_sizes", "chunk", "unbind", "tensor_split",
-        "real", "imag", "diagonal"]}),
+        "real", "imag", "diagonal", "slice"]}),
     *_ops(Kind.MAYBE_VIEW, {n: _fn(n) for n in [
         "reshape", "flatten", "contiguous", "to", "type", "float", "half", "double", "bfloat16",
         "int", "long", "bool", "type_as"]}),
@@ -250,6 +251,27 @@ def parse_narrow(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | No
     return Term("Sl", (src, d, start, length))
 
 
+def parse_slice(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    """ATen's ``slice(x, dim, start, end, step)`` (``x[a:b]`` in a post-grad graph)."""
+    b = bind(node, ("input", "self"), "dim", "start", "end", "step",
+             defaults={"dim": 0, "start": None, "end": None, "step": 1})
+    if b is None or not is_tensor_node(b["input"]) or static_int(b["step"]) != 1:
+        return None
+    x = val(b["input"])
+    d = _norm_dim(b["dim"], x.dim())
+    if d is None:
+        return None
+    got = _slice_bounds(slice(b["start"], b["end"]), static_int(x.shape[d]))
+    src = term(b["input"])
+    if got is None or src is None:
+        return None
+    shape = static_shape(x)
+    if got != "full":
+        shape[d] = got[1]
+    # (an end past a symbolic size: the bounds alone don't give the length)
+    return None if static_shape(val(node)) != shape else src if got == "full" else Term("Sl", (src, d, *got))
+
+
 def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
     got = _slice_start(bind(node, ("input", "self"), "dim", "index"), term, "index")
     if got is None:
@@ -407,7 +429,7 @@ def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | N
 STRUCTURAL: dict[str, Callable[[fx.Node, Callable[[Any], Term | None]], Any]] = {
     "split": parse_split_like, "split_with_sizes": parse_split_like, "chunk": parse_split_like,
     "tensor_split": parse_split_like, "unbind": parse_unbind, "narrow": parse_narrow,
-    "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
+    "slice": parse_slice, "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
     "cat": parse_cat, "concat": parse_cat, "concatenate": parse_cat, "stack": parse_stack,
     "getitem": parse_getitem, "view": parse_reshape, "reshape": parse_reshape, "flatten": parse_reshape,
     "unflatten": parse_reshape,
@@ -648,6 +670,11 @@ def _target_name(node: fx.Node) -> str:
     return "".join(c if c.isalnum() or c in "_." else "_" for c in name)
 
 
+def launches(node: fx.Node) -> float:
+    """Kernels a node launches in eager mode (views none)."""
+    return _cost(node, lookup(node)) if node.op in ("call_function", "call_method") else 0.0
+
+
 def _cost(node: fx.Node, op: OpDef | None) -> float:
     if op is None:
         return 1.0
@@ -719,6 +746,50 @@ def emit_structural(graph: fx.Graph, form: str, inputs: Sequence[fx.Node], liter
     fn, variadic = STRUCTURAL_CALLS[form]
     tensors = (list(inputs),) if variadic else tuple(inputs)
     return graph.call_function(fn, (*tensors, *literals))
+
+
+aten = torch.ops.aten
+
+
+def _aten_view(g: fx.Graph, n: fx.Node) -> fx.Node:  # flatten / unflatten: to the shape it has
+    return g.call_function(aten.reshape.default, (n.args[0], list(val(n).shape)))
+
+
+def _aten_stack(g: fx.Graph, n: fx.Node) -> fx.Node:  # Inductor lowers cat, not stack
+    xs, d = n.args
+    d = d % val(n).dim()
+    return g.call_function(aten.cat.default, ([g.call_function(aten.unsqueeze.default, (x, d)) for x in xs], d))
+
+
+def _aten_transpose(g: fx.Graph, n: fx.Node) -> fx.Node:  # Inductor lowers permute, not transpose
+    x, a, b = n.args
+    dims = list(range(val(x).dim()))
+    dims[a], dims[b] = dims[b], dims[a]
+    return g.call_function(aten.permute.default, (x, dims))
+
+
+def _same(target: Any) -> Callable[[fx.Graph, fx.Node], fx.Node]:
+    return lambda g, n: g.call_function(target, n.args, n.kwargs)
+
+
+#: The ATen spelling of every torch call the emitter and the rules write, for a graph that is
+#: ATen already (Inductor's post-grad graphs, lowered op by op, where a ``torch.narrow`` has no
+#: lowering): torch callable → (graph, the torch-level node) → the ATen node that replaces it.
+ATEN_CALLS: dict[Any, Callable[[fx.Graph, fx.Node], fx.Node]] = {
+    torch.narrow: lambda g, n: g.call_function(aten.slice.Tensor, (*n.args[:3], n.args[2] + n.args[3])),
+    torch.select: _same(aten.select.int), torch.squeeze: _same(aten.squeeze.dim),
+    torch.unsqueeze: _same(aten.unsqueeze.default), torch.cat: _same(aten.cat.default), torch.stack: _aten_stack,
+    torch.flatten: _aten_view, torch.unflatten: _aten_view, torch.split: _same(aten.split_with_sizes.default),
+    torch.unbind: _same(aten.unbind.int), torch.clone: _same(aten.clone.default), torch.bmm: _same(aten.bmm.default),
+    torch.baddbmm: _same(aten.baddbmm.default), torch.transpose: _aten_transpose,
+    torch.addcmul: _same(aten.addcmul.default), torch.mul: _same(aten.mul.Tensor), torch.add: _same(aten.add.Tensor),
+    torch.sum: lambda g, n: g.call_function(aten.sum.dim_IntList, (n.args[0], [n.args[1]]))}
+
+
+def is_aten(graph: fx.Graph) -> bool:
+    """Is every call in ``graph`` an ATen op (or a projection out of one's tuple)?"""
+    return all(n.op in ("placeholder", "get_attr", "output") or (n.op == "call_function" and (
+        isinstance(n.target, torch._ops.OpOverload) or n.target is operator.getitem)) for n in graph.nodes)
 
 
 #: The constructors that never launch a kernel by themselves.

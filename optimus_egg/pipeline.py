@@ -115,13 +115,17 @@ def _strict_from_env() -> bool:
     return os.environ.get("OPTIMUS_EGG_STRICT", "") not in ("", "0")
 
 
-def optimize_graph(gm: fx.GraphModule, options: Options | None = None) -> tuple[fx.GraphModule, Report]:
-    """Optimize a graph whose nodes carry fake values (``val`` or ``example_value``)."""
+def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_outputs: bool = False
+                   ) -> tuple[fx.GraphModule, Report]:
+    """Optimize a graph whose nodes carry fake values (``val`` or ``example_value``).
+
+    ``disjoint_outputs``: the outputs may become non-overlapping views of one tensor (a
+    backward's gradients; see ``Emitter.keep_aliasing``)."""
     options = options or Options()
     report = Report()
     try:
         with _no_gc():
-            new_gm = _optimize(gm, options, report)
+            new_gm = _optimize(gm, options, report, disjoint_outputs)
     except Exception as exc:  # noqa: BLE001 - any failure falls back to the unoptimized graph
         if options.strict or _strict_from_env():
             raise
@@ -149,7 +153,7 @@ def _no_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphModule:
+def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs: bool) -> fx.GraphModule:
     clock = time.perf_counter()
 
     def phase(name: str) -> None:
@@ -165,10 +169,11 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     extra = [tr.effects] if tr.effects is not None else []
     weights = load_profile(options.cost_profile).weights if options.cost_profile else None
     fams = rewrites.families(options.families)
-    key = cache.key(tr, (options, weights, [r.egglog("") for f in fams for r in f.rules]), roots + extra)
+    key = cache.key(tr, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
+                    roots + extra)
     hit = cache.get(key)
     if hit is None:
-        frozen, ex, names = _search(tr, fams, roots + extra, options, weights, report, phase)
+        frozen, ex, names = _search(tr, fams, roots + extra, options, weights, report, phase, disjoint_outputs)
         cache.put(key, cache.Entry(frozen, ex, names, {k: copy.deepcopy(getattr(report, k)) for k in _SEARCH}))
     else:
         frozen, ex, names = hit.frozen, hit.extraction, hit.names
@@ -186,11 +191,19 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphM
     out_classes = [frozen.refs[names[t]] for t in roots]
     effect_class = frozen.refs[names[tr.effects]] if tr.effects is not None else None
     classes = {t: frozen.refs[r] for t, r in names.items() if r in frozen.refs}
-    emitter = Emitter(gm, tr, frozen, ex)
+    emitter = Emitter(gm, tr, frozen, ex, disjoint_outputs)
     new_gm = emitter.run(out_classes, effect_class, classes)
     emitter.mark_origins(classes)
     _check_outputs(gm, new_gm)
     phase("emit")
+    if emitter.copies:
+        # Outputs that eager returns as distinct tensors and that became views of one (each a
+        # select of a fused op's result) are copied out: kernels the extraction did not price.
+        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in emitter.copies)
+        if report.kernels_after >= report.kernels_before:
+            report.kept, report.kernels_after = True, report.kernels_before
+            report.kept_reason = "the outputs would need copies"
+            return gm
     if _grad_inputs(new_gm) != _grad_inputs(gm):
         # An input that requires grad and no longer reaches an output (b in cat([a, b])[:, :n])
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
@@ -219,11 +232,11 @@ _SEARCH = ("kernels_before", "kernels_after", "cost_model", "costs", "cat_inputs
 
 
 def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], options: Options,
-            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None]
+            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None], disjoint_outputs: bool
             ) -> tuple[Frozen, Extraction, dict[Term, int]]:
     """Build, saturate and extract: everything the cache saves."""
     egraph = EGraph(fams)
-    names = egraph.add(roots, tr.facts)
+    names = egraph.add(roots, tr.facts, [] if disjoint_outputs else [t for t in tr.outputs if isinstance(t, Term)])
     phase("build")
     device = select.device_of(tr)
     models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
@@ -251,6 +264,15 @@ def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], opt
 
 def _cat_inputs(dag: Dag) -> int:
     return sum(1 for t in dag.order if t.op == "Cons" and t.args[2] >= 0)  # argument lists have dim -1
+
+
+def _copy_cost(node: fx.Node, cost_model: str) -> float:
+    """A copy under ``cost_model``: one kernel, or (``memory``) its bytes read and written."""
+    v = val(node)
+    if cost_model != "memory":
+        return 1.0
+    n = static_int(v.numel()) if isinstance(v, torch.Tensor) else None
+    return 2.0 * n * v.element_size() if n is not None else 0.0
 
 
 _ANALYSIS = {r.name for r in rewrites.family("analysis").rules}

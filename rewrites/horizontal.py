@@ -19,8 +19,14 @@ of parallel ops would blow the e-graph up), members chained in program order (``
   instead of a stack of its pieces, and the outputs are selects along dim 1: the input costs
   no copy, and a cat of the outputs in order is a view of the result.
 
+- matmuls ``mm(x, w)`` of one shape at one ``depth`` (the longest chain up to an output, so
+  again no member reads another) → one ``bmm`` over the stacked operands, each output a select
+  of it (Optimus' batch_linear_post_grad): a backward's weight gradients, which only the output
+  reads, whatever height each is computed at (the backend's post-grad pass).
+
 A fused form costs its cats (a stack of the weights every step is a kernel) and the extractor
-keeps it only where that is cheaper than the members' own linears.
+keeps it only where that is cheaper than the members' own linears. No member is a tensor the
+graph returns as its own (``output``): a select of the fused result would have to be copied out.
 """
 
 from optimus_egg.optable import built
@@ -57,7 +63,7 @@ DECLARATIONS = """
 def linear(t: str, w: str, b: str) -> tuple[str, ...]:
     """``t`` is ``linear(x, w, b)`` with key ``k``; its weight and bias have dtype ``dt``."""
     return (f"(= {t} (Op k (Cons x (Cons {w} (Cons {b} (Nil) -1) -1) -1)))", op_named("k", "linear"),
-            f"(= dt (dtype {w}))", f"(= dt (dtype {b}))")
+            f"(= dt (dtype {w}))", f"(= dt (dtype {b}))", f"(= 0 (output {t}))")
 
 
 A = linear("a", "w", "b")
@@ -91,7 +97,17 @@ def linear_member(bias: bool) -> tuple[str, ...]:
     args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if bias else "(Cons x (Cons w (Nil) -1) -1)"
     return (f"(= t (Op k {args}))", op_named("k", "linear"), "(= 2 (rank x))", "(= 2 (rank w))",
             "(= n (size x 0))", "(= i (size x 1))", "(= o (size w 0))", "(= dt (dtype x))", "(= dt (dtype w))",
-            "(= h (height t))", *(("(= 1 (rank b))", "(= o (size b 0))", "(= dt (dtype b))") if bias else ()))
+            "(= 0 (output t))", "(= h (height t))",
+            *(("(= 1 (rank b))", "(= o (size b 0))", "(= dt (dtype b))") if bias else ()))
+
+
+def mm_member() -> tuple[str, ...]:
+    """``t = mm(x, w)``: ``x`` is ``[n, i]``, ``w`` ``[i, o]``, one dtype; grouped by depth, not
+    height (``h``): a backward's weight gradients ``mm(grad.T, input)`` are all read by the
+    output alone, whatever height each one's gradient is computed at."""
+    return ("(= t (Op k (Cons x (Cons w (Nil) -1) -1)))", op_named("k", "mm"), "(= 2 (rank x))", "(= 2 (rank w))",
+            "(= n (size x 0))", "(= i (size x 1))", "(= i (size w 0))", "(= o (size w 1))", "(= dt (dtype x))",
+            "(= dt (dtype w))", "(= 0 (output t))", "(= h (depth t))")
 
 
 def norm_member(affine: bool) -> tuple[str, ...]:
@@ -101,10 +117,12 @@ def norm_member(affine: bool) -> tuple[str, ...]:
     params = ("(= 1 (rank w))", "(= i (size w 0))", "(= dt (dtype w))", "(= 1 (rank b))", "(= i (size b 0))",
               "(= dt (dtype b))", '(!= dt "float16")', '(!= dt "bfloat16")')
     return (f"(= t (Op k {args}))", op_named("k", "layer_norm"), "(= 2 (rank x))", "(= n (size x 0))",
-            "(= i (size x 1))", "(= dt (dtype x))", "(= h (height t))", *(params if affine else ()))
+            "(= i (size x 1))", "(= dt (dtype x))", "(= 0 (output t))", "(= h (height t))",
+            *(params if affine else ()))
 
 
-#: A group's signature; the form: 0 linear, 1 linear with bias, 2 layer norm with weights, 3 without.
+#: A group's signature; the form: 0 linear, 1 linear with bias, 2 layer norm with weights, 3 without,
+#: 4 mm (its ``h`` a depth).
 SIG = "(Batch k h n i o dt {})"
 FIRST = ("(= s (bl-sig a))", "(= p (pos a))")  # member a of group s, at position p
 GROUP = "batch_linear/batch_layernorm"
@@ -114,6 +132,8 @@ RULES += [
       stage="seed", covers="batch_linear"),
     D("batch-linear-member-no-bias", linear_member(False), (f"(set (bl-sig t) {SIG.format(0)})", *MEMBER[:2]),
       stage="seed", covers="batch_linear"),
+    D("batch-mm-member", mm_member(), (f"(set (bl-sig t) {SIG.format(4)})", *MEMBER[:2]), stage="seed",
+      covers="batch_linear_post_grad"),
     D("batch-norm-member", norm_member(True), ("(set (bl-sig t) (Batch k h n i i dt 2))", *MEMBER),
       stage="seed", covers="batch_layernorm"),
     D("batch-norm-member-no-affine", norm_member(False), ("(set (bl-sig t) (Batch k h n i i dt 3))", MEMBER[0]),
@@ -163,6 +183,8 @@ RULES += [
                     ("xs", "ws", "bs")), stage="seed", covers="batch_linear"),
     D("batch-linear-as-select-of-bmm", *as_select_of(f"(Op {built('bmm')} {args('(Cat xs)', WT)})", 0, ("xs", "ws")),
       stage="seed", covers="batch_linear"),
+    D("batch-mm-as-select-of-bmm", *as_select_of(f"(Op {built('bmm')} {args('(Cat xs)', '(Cat ws)')})", 4, ("xs", "ws")),
+      stage="seed", covers="batch_linear_post_grad"),
     D("batch-norm-as-select-of-addcmul",
       *as_select_of(f"(Op {built('addcmul')} {args('(Unsqueeze (Cat bs) 1)', NORM, '(Unsqueeze (Cat ws) 1)')})", 2,
                     ("xs", "ws", "bs")), stage="seed", covers="batch_layernorm"),

@@ -116,3 +116,44 @@ def test_sequence_model_gradients_equal_eager():
     model, inputs = zoo(True)["sequence"]()
     report = _compare(model, inputs)
     assert not report.kept and report.kernels_after < report.kernels_before
+
+
+class Chain(nn.Module):
+    """Linears one after another: autograd writes one weight-gradient ``mm`` per linear, each
+    read by the backward's output alone."""
+
+    def __init__(self, n: int = 5) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.layers = nn.ModuleList(nn.Linear(8, 8) for _ in range(n))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return x
+
+
+def test_the_weight_gradients_of_a_backward_are_one_bmm():
+    from torch._inductor.utils import run_and_get_code
+
+    from optimus_egg.backend import BACKWARD_REPORTS
+
+    model, x = Chain(), torch.randn(6, 8)
+    BACKWARD_REPORTS.clear()
+    report = _compare(model, (x,))  # (gradients equal to eager's)
+    assert report.kept  # the forward has nothing to rewrite
+    [backward] = BACKWARD_REPORTS
+    assert backward.rules_fired["batch-mm-as-select-of-bmm"] == 5 and not backward.kept
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="optimus_egg")
+    _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
+    assert code.count("extern_kernels.bmm(") == 1 and code.count("extern_kernels.mm(") == 4  # input gradients
+
+
+def test_the_backward_pass_is_cached_under_what_it_depends_on():
+    from optimus_egg.backend import BackwardPass
+    from optimus_egg.pipeline import Options
+
+    plain, other = BackwardPass(Options()), BackwardPass(Options(cost_model="inductor"))
+    assert plain.uuid() == BackwardPass(Options()).uuid() != other.uuid()
+    assert BackwardPass(Options(families=("split_cat",))).uuid() != plain.uuid()

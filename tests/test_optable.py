@@ -161,3 +161,52 @@ def test_every_spelling_of_an_elementwise_op_computes_the_same():
         outs = [out for out in outs if isinstance(out, torch.Tensor)]  # (not NotImplemented)
         for out in outs[1:]:
             torch.testing.assert_close(out, outs[0], rtol=0, atol=0, equal_nan=True, msg=op.name)
+
+
+def _aten(fn, *inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def test_aten_slices_are_slices_and_aten_ops_are_the_table_ops():
+    gm = _aten(lambda x: (x[:, 2:5], x[1:], x[:, 3:100], x[:, -3:], torch.relu(x), torch.cat([x, x], 1)),
+               torch.randn(4, 8))
+    tr = translate(gm)
+    assert [t.op for t in tr.outputs] == ["Sl", "Sl", "Sl", "Sl", "Unary", "Cat"]
+    assert [t.args[1:] for t in tr.outputs if t.op == "Sl"] == [(1, 2, 3), (0, 1, 3), (1, 3, 5), (1, 5, 3)]
+    stepped = _aten(lambda x: (x[:, ::2],), torch.randn(4, 8))
+    assert translate(stepped).outputs[0].op == "Op"  # a step other than 1: kept as written
+
+
+@pytest.mark.parametrize("target", list(optable.ATEN_CALLS), ids=lambda t: t.__name__)
+def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
+    x, w = torch.randn(3, 4, 6), torch.randn(3, 6, 4)
+    args = {torch.narrow: (x, 2, 1, 3), torch.select: (x, 1, 2), torch.squeeze: (x[:, :1], 1),
+            torch.unsqueeze: (x, 1), torch.cat: ([x, x], 2), torch.stack: ([x, x], 1), torch.flatten: (x, 1, 2),
+            torch.unflatten: (x, 2, (2, -1)), torch.split: (x, [2, 4], 2), torch.unbind: (x, 0),
+            torch.clone: (x,), torch.bmm: (x, w), torch.baddbmm: (torch.randn(3, 4, 4), x, w),
+            torch.transpose: (x, 1, 2), torch.addcmul: (x, x, x), torch.mul: (x, 2), torch.add: (x, x), torch.sum: (x, 2)}[target]
+    graph = torch.fx.Graph()
+    ins = {}
+
+    def node(a):  # tensors become placeholders, anything else stays a constant
+        if isinstance(a, list):
+            return [node(b) for b in a]
+        if isinstance(a, torch.Tensor):
+            ins[id(a)] = ins.get(id(a)) or (a, graph.placeholder(f"x{len(ins)}"))
+            return ins[id(a)][1]
+        return a
+
+    call = graph.call_function(target, tuple(node(a) for a in args))
+    for t, p in ins.values():
+        p.meta["val"] = t
+    call.meta["val"] = target(*args)
+    with graph.inserting_before(call):
+        lowered = optable.ATEN_CALLS[target](graph, call)
+    graph.output(lowered)
+    got = torch.fx.GraphModule(torch.nn.Module(), graph)(*(t for t, _ in ins.values()))
+    assert all(isinstance(n.target, torch._ops.OpOverload) for n in graph.nodes
+               if n.op == "call_function" and n is not call)
+    for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(target(*args))):
+        torch.testing.assert_close(a, b)

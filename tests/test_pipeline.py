@@ -111,6 +111,16 @@ def test_a_graph_with_nothing_cheaper_is_returned_as_it_was():
     assert not report.kept and gm is not gm1 and report.kernels_after < report.kernels_before
 
 
+def test_outputs_that_would_share_one_tensor_count_the_copies_that_keep_them_apart():
+    # relu(x)[:, :4] and relu(x)[:, 4:] are one relu, but two outputs of their own: one of them
+    # copied out makes two kernels again, so the graph stays as written
+    x = torch.randn(3, 8)
+    gm0 = capture(Fn(lambda x: (torch.relu(x[:, :4]), torch.relu(x[:, 4:]))), (x,))
+    gm, report = optimize_graph(gm0, Options())
+    assert gm is gm0 and report.rules_fired["unary-out-of-slice"] == 2
+    assert report.kept_reason == "the outputs would need copies" and report.kernels_after == report.kernels_before
+
+
 def test_as_many_kernels_reading_fewer_cat_inputs_is_taken():
     """One cat either way (the eager model sees no difference), but CPU Inductor copies each
     cat input with a loop of its own: the rewrite that glues pieces back whole is taken."""

@@ -1,6 +1,8 @@
 """Horizontal fusion: parallel linears (on one input, or on inputs of one shape), before and
 after on random inputs, and the cases each rule must leave alone."""
 
+import operator
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -161,9 +163,10 @@ def test_linears_of_other_shapes_dtypes_or_chained_are_not_batched_together():
 
     x, y = torch.randn(5, 20), torch.randn(5, 20, dtype=torch.float64)
     report, gm = check(Mixed(), x, y)
-    # three groups of five (f32, f64, wide); the chain's linears each stand alone
-    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 15
-    assert _calls(gm, "baddbmm") == 3
+    # two groups of five (f32, f64); the chain's linears each stand alone, and the wide ones are
+    # outputs of their own (each a select of one baddbmm would be copied out)
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 10
+    assert _calls(gm, "baddbmm") == 2
 
 
 def test_linears_on_3d_inputs_or_of_dynamic_batch_are_not_batched():
@@ -273,8 +276,11 @@ def test_layer_norms_without_weights_become_one_norm():
 def test_one_layer_norm_applied_to_several_inputs_is_fused_too():
     norm = nn.LayerNorm(8)
     nn.init.normal_(norm.weight)
-    report, gm = check(lambda *xs: [norm(x) for x in xs], *torch.randn(6, 5, 8).unbind())
+    report, gm = check(lambda *xs: [norm(x).sum(1) for x in xs], *torch.randn(6, 5, 8).unbind())
     assert _calls(gm, "layer_norm") == 1
+    # returned as they are, each norm would be a select of the fused one, copied out
+    _, gm = check(lambda *xs: [norm(x) for x in xs], *torch.randn(6, 5, 8).unbind())
+    assert _calls(gm, "layer_norm") == 6
 
 
 def test_layer_norms_over_both_dims_of_each_input_stay_exact():
@@ -347,3 +353,67 @@ def test_lone_linears_add_no_rounds_to_saturation():
     assert with_horizontal.stop_reason == alone.stop_reason == "saturated"
     assert with_horizontal.iterations == alone.iterations
     assert with_horizontal.kernels_after == alone.kernels_after
+
+
+# Matmuls at one depth (Optimus' batch_linear_post_grad) -------------------------------------------
+
+
+def _aten(fn, *inputs):
+    """``fn`` traced to ATen with fake values on its nodes, like a post-grad graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def _weight_grads(x, *grads):
+    """A backward's weight gradients: ``grad.T @ input`` per linear, each returned alone."""
+    return tuple(torch.mm(g.t(), x if i % 2 else torch.tanh(x)) for i, g in enumerate(grads))
+
+
+GRADS = [torch.randn(6, 5) for _ in range(4)]
+
+
+def _optimized(fn, inputs, disjoint_outputs=True):
+    from optimus_egg.pipeline import Options, optimize_graph
+
+    gm = _aten(fn, *inputs)
+    new, report = optimize_graph(gm, Options(strict=True), disjoint_outputs=disjoint_outputs)
+    for trial in range(3):
+        args = inputs if trial == 0 else tuple(torch.randn_like(t) for t in inputs)
+        for got, want in zip(new(*args), fn(*args), strict=True):
+            torch.testing.assert_close(got, want)
+    return new, report
+
+
+def test_matmuls_the_output_alone_reads_become_one_bmm_in_a_backward():
+    x = torch.randn(6, 3)
+    gm, report = _optimized(_weight_grads, (x, *GRADS))
+    assert report.rules_fired["batch-mm-as-select-of-bmm"] == 4
+    assert _calls(gm, "bmm.default") == 1 and _calls(gm, "mm.default") == 0
+    outs = list(gm.graph.nodes)[-1].args[0]
+    assert len({n.meta["val"].untyped_storage()._cdata for n in outs}) == 1  # selects of one tensor
+    assert all(n.op == "call_function" and isinstance(n.target, torch._ops.OpOverload)
+               or n.target is operator.getitem for n in gm.graph.nodes if n.op == "call_function")
+
+
+def test_matmuls_of_distinct_outputs_stay_apart_where_each_would_need_a_copy():
+    # a forward's outputs are distinct tensors: views of one bmm would each be copied out
+    gm, report = _optimized(_weight_grads, (torch.randn(6, 3), *GRADS), disjoint_outputs=False)
+    assert "batch-mm-member" not in report.rules_fired and _calls(gm, "mm.default") == 4
+
+
+def test_matmuls_that_read_each_other_or_differ_are_not_batched():
+    def chained(x, *grads):  # each reads the one before: depths differ
+        out = x
+        for g in grads:
+            out = torch.mm(g, torch.mm(g.t(), out))
+        return (out,)
+
+    def mixed(x, y, *grads):  # two shapes, two dtypes
+        return (*(torch.mm(g.t(), x) for g in grads[:2]), torch.mm(grads[2].t(), y),
+                torch.mm(grads[3].double().t(), x.double()))
+
+    _, report = _optimized(chained, (torch.randn(6, 3), *GRADS))
+    assert "batch-mm-as-select-of-bmm" not in report.rules_fired
+    _, report = _optimized(mixed, (torch.randn(6, 3), torch.randn(6, 4), *GRADS))
+    assert report.rules_fired.get("batch-mm-as-select-of-bmm", 0) == 2  # the two [5, 6] @ [6, 3]
