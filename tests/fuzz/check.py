@@ -148,6 +148,37 @@ def check_compiled(program: Program) -> None:
                                        msg=lambda m, i=i: f"output or input {i}: {m}")
 
 
+def check_backward(program: Program) -> bool:
+    """As the backend does it, without Inductor: Dynamo's graph optimized, then the backward
+    graph AOTAutograd derives from it with Inductor's decompositions (what the post-grad
+    ``BackwardPass`` rewrites) optimized as that pass does it; against eager's outputs and input
+    gradients. False where eager cannot differentiate the program (an in-place write to a leaf)."""
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.aot_autograd import make_boxed_func
+    from torch._inductor.decomposition import select_decomp_table
+
+    from optimus_egg.pipeline import optimize_graph
+
+    def backward(gm: torch.fx.GraphModule, _: Any) -> Any:
+        return make_boxed_func(optimize_graph(gm, disjoint_outputs=True)[0])
+
+    model = program.module()
+    args_e, args_g = _example(program, True), _example(program, True)
+    try:
+        expected = pytree.tree_leaves(_seeded(model, args_e))
+    except RuntimeError:
+        return False
+    aot = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), bw_compiler=backward,
+                       decompositions=select_decomp_table())
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend=lambda gm, inputs: aot(optimize_graph(gm)[0], inputs), fullgraph=True)
+    got = pytree.tree_leaves(_seeded(compiled, args_g))
+    for i, (e, g) in enumerate(zip(expected, got, strict=True)):
+        torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
+    _check_grads(expected, args_e, got, args_g)
+    return True
+
+
 def _eager_runs(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> bool:
     """Some bounds are checked when the program runs, not guarded (an index list into a dim)."""
     try:

@@ -15,15 +15,16 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, given, seed, settings
 
-from tests.fuzz.check import check_compiled, check_program, dynamo_graph
+from tests.fuzz.check import check_backward, check_compiled, check_program, dynamo_graph
 from tests.fuzz.programs import Program, programs
 
 #: Flavour -> (program mix, capture: fx.symbolic_trace (None), Dynamo with static or dynamic
-#: shapes, or the whole torch.compile backend; gradients checked; share of the examples).
+#: shapes, the whole torch.compile backend, or AOTAutograd with the backward optimized as the
+#: backend's post-grad pass does it; gradients checked; share of the examples).
 FLAVOURS = {"general": ("general", None, False, 0.42), "split_cat": ("split_cat", None, False, 0.2),
             "mutation": ("mutation", None, False, 0.13), "dynamo": ("general", "static", False, 0.1),
             "dynamic": ("split_cat", "dynamic", False, 0.03), "grad": ("split_cat", "static", True, 0.1),
-            "backend": ("split_cat", "compile", False, 0.02)}
+            "backend": ("split_cat", "compile", False, 0.02), "backward": ("split_cat", "backward", True, 0.04)}
 
 
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
@@ -40,6 +41,8 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
         nonlocal checked
         if dynamo == "compile":
             check_compiled(program)
+        elif dynamo == "backward":
+            assume(check_backward(program))
         else:
             graph = dynamo_graph(program, dynamo == "dynamic", grad) if dynamo else None
             assume(graph is not None or not dynamo)
