@@ -160,3 +160,27 @@ def test_an_input_whose_every_use_is_optimized_away_keeps_its_zero_gradient():
     gm, report = optimize(Fn(f), (a, b))
     assert not report.kept and report.kernels_after < report.kernels_before
     torch.testing.assert_close(gm(a, b), f(a, b))
+
+
+def test_other_cost_models_are_figured_when_read(monkeypatch):
+    """A compile runs only the chosen cost model; another's figures come on the first read of
+    ``report.costs`` (once), equal to what a compile under that model reports for the graph as
+    written, and a cache hit reports the same figures."""
+    from optimus_egg import cache
+    from optimus_egg.extract.inductor import InductorCost
+
+    calls = []
+    total = InductorCost.total
+    monkeypatch.setattr(InductorCost, "total", lambda self, dag: calls.append(dag) or total(self, dag))
+    model, inputs = chain(6)()
+    cache.clear()
+    _, report = optimize(model, inputs)
+    assert report.cost_model == "eager" and not calls
+    assert set(report.costs) == {"eager", "inductor", "memory"}  # listing them runs nothing
+    assert not calls
+    figures = report.costs["inductor"]
+    assert len(calls) == 2 and report.costs["inductor"] == figures and len(calls) == 2
+    _, under_inductor = optimize(model, inputs, cost_model="inductor")
+    assert figures[0] == under_inductor.kernels_before
+    _, again = optimize(model, inputs)
+    assert again.cache_hit and dict(again.costs) == dict(report.costs)
