@@ -65,9 +65,11 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
     the most expensive child's cost plus the classes the other children add (usually few: they
     share most of their past). Dict-of-class sets made this quadratic on long chains."""
     parents: dict[int, list[int]] = defaultdict(list)
-    for n, ks in enumerate(kids):
-        for k in set(ks):
+    kid_sets = [set(ks) for ks in kids]  # (a node is visited again whenever a child improves)
+    for n, ks in enumerate(kid_sets):
+        for k in ks:
             parents[k].append(n)
+    eclass = [node.eclass for node in graph.nodes]
     total: dict[int, float] = {}  # class -> cost of its chosen sub-DAG
     mask: dict[int, int] = {}  # class -> the classes of that sub-DAG, itself included
     paid: dict[int, float] = {}  # class -> own cost of the node it uses now
@@ -75,18 +77,18 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
     work = [n for n, ks in enumerate(kids) if not ks]
     while work:
         n = work.pop()
-        cls = graph.nodes[n].eclass
-        ks = set(kids[n])
-        if any(k not in mask for k in ks):
-            continue
+        cls = eclass[n]
+        ks = kid_sets[n]
         used, cost = 0, 0.0
         if ks:
+            if not mask.keys() >= ks:
+                continue
             base = max(ks, key=total.__getitem__)
             used, cost = mask[base], total[base]
             for k in ks:
                 extra = mask[k] & ~used
                 if extra:
-                    cost += sum(paid[c] for c in _bits(extra))
+                    cost += sum([paid[c] for c in _bits(extra)])
                     used |= extra
         bit = 1 << cls
         if used & bit:

@@ -328,6 +328,8 @@ def _grad_inputs(gm: fx.GraphModule) -> set[tuple[str, Any]]:
     later), where unreached ones get None."""
     def needs_grad(node: fx.Node) -> bool:
         value = operator.attrgetter(node.target)(gm) if node.op == "get_attr" else val(node)
+        if isinstance(value, torch.Tensor):  # most nodes: no pytree walk
+            return value.requires_grad
         return any(isinstance(t, torch.Tensor) and t.requires_grad for t in torch.utils._pytree.tree_leaves(value))
 
     output = next(iter(gm.graph.find_nodes(op="output")))
