@@ -5,7 +5,10 @@ Three forms, each grouped once from the graph as written (``seed`` stage: groupi
 of parallel ops would blow the e-graph up), members chained in program order (``pos``):
 
 - linears that read one input ``x`` (one call template, key ``k``) → one linear on concatenated
-  weights, each output a slice of it (Optimus' batch_linear_lhs);
+  weights, each output a slice of it (Optimus' batch_linear_lhs). The group is chained in
+  descending ``pos`` (terms are numbered operands first, a list's later items before its
+  earlier ones): the order a cat that glues the outputs back reads them in, so that the cat of
+  the slices is the fused output itself, not a copy of each;
 - linears on different inputs of one shape (``[n, i] → [n, o]``, one dtype, one template, so one
   device) → one ``baddbmm`` (``bmm`` without bias) over the stacked inputs, weights and biases,
   each output a select of it (Optimus' batch_linear). Only linears of equal ``height`` are
@@ -33,9 +36,9 @@ from optimus_egg.optable import built
 from optimus_egg.rewrites import Derive, op_named
 
 DECLARATIONS = """
-(function lin-first (String T) i64 :merge (min old new))
-(function lin-last (String T) i64 :merge (max old new))
-(function lin-next (T) i64 :merge (min old new))
+(function lin-first (String T) i64 :merge (max old new))
+(function lin-last (String T) i64 :merge (min old new))
+(function lin-next (T) i64 :merge (max old new))
 (function lin-ws (T) TList :merge old)
 (function lin-bs (T) TList :merge old)
 (function lin-off (T) i64 :merge (min old new))
@@ -72,7 +75,7 @@ D = Derive
 RULES = [
     D("linear-group-ends", (*A, "(= i (pos a))"), ("(set (lin-first k x) i)", "(set (lin-last k x) i)"),
       stage="seed", covers="batch_linear_lhs"),
-    D("linear-group-next", (*A, *C, "(= i (pos a))", "(= j (pos c))", "(< i j)"), ("(set (lin-next a) j)",),
+    D("linear-group-next", (*A, *C, "(= i (pos a))", "(= j (pos c))", "(> i j)"), ("(set (lin-next a) j)",),
       stage="seed", covers="batch_linear_lhs"),
     D("linear-group-last", (*A, "(= i (pos a))", "(= i (lin-last k x))"),
       ("(set (lin-ws a) (Cons w (Nil) 0))", "(set (lin-bs a) (Cons b (Nil) 0))"), stage="seed",

@@ -62,6 +62,20 @@ def test_linears_without_bias_are_left_alone():
     assert "linear-as-slice-of-fused" not in report.rules_fired
 
 
+def test_fused_linears_keep_program_order_so_a_cat_of_their_outputs_is_the_fused_output():
+    heads = Towers(5).towers
+
+    def fn(x):
+        return torch.cat([torch.relu(h(x)) for h in heads], 1)
+
+    _, gm = check(fn, X)
+    # the weights are concatenated in the order the cat reads the heads: the cats of the weights
+    # and biases, one linear and one relu of its whole output (in reverse order, the cat of its
+    # slices was a copy of each)
+    assert _calls(gm, "relu") == 1 and _calls(gm, "cat") == 2
+    assert launches(gm, X) == 4 < launches(fn, X) == 11
+
+
 # Linears on different inputs of one shape (Optimus' batch_linear) -------------------------------
 
 
