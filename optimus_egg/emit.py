@@ -143,6 +143,7 @@ class Emitter:
             self.emit_class(effect_class)
         roots = [self.emit_class(c) for c in root_classes]
         _propagate_meta(self.graph, self.gm)
+        self.cut_cat_slices(set(roots))
         regrouped = self.split_tilings()
         regrouped.update(self.doubled_sums())
         self.sink_input_stacks()
@@ -160,6 +161,48 @@ class Emitter:
             if hasattr(self.gm, attr):
                 setattr(new_gm, attr, getattr(self.gm, attr))
         return new_gm
+
+    def cut_cat_slices(self, keep: set[fx.Node]) -> None:
+        """Slices of a tensor that requires grad, which together cover it along one dim but
+        overlap, are cut at every slice's ends where only cats on that dim read them:
+        ``cat([x[:, 24:], tanh(x[:, :2]), x[:, :24]])`` reads ``x[:, :2]`` and ``x[:, 2:24]`` in
+        place of ``x[:, :24]``, so that :meth:`split_tilings` makes the slices one split.
+
+        Forward, a cat input more (one more copy loop on CPU Inductor); backward, the split's
+        gradient is one cat where each overlapping slice's is a zero-filled copy, added up
+        (family split_cat_to_slices training: 18 → 15 eager launches, as the original's split;
+        CPU Inductor kernel objects 6 → 8, the original's 50). ``keep``: nodes not to replace
+        (the graph's outputs)."""
+        groups: dict[tuple[fx.Node, int], list[fx.Node]] = {}
+        for n in self.graph.nodes:
+            if n.op != "call_function" or n.target is not torch.narrow or len(n.args) != 4 or n.kwargs:
+                continue
+            v = val(n.args[0])
+            if (isinstance(v, torch.Tensor) and v.requires_grad
+                    and all(type(a) is int and a >= 0 for a in n.args[1:])):
+                groups.setdefault((n.args[0], n.args[1] % v.dim()), []).append(n)
+        for (base, d), nodes in groups.items():
+            size = val(base).shape[d]
+            spans = {n: (n.args[2], n.args[2] + n.args[3]) for n in nodes}
+            cuts = sorted({0, *(s for s, _ in spans.values()), *(e for _, e in spans.values())})
+            cells = list(zip(cuts, cuts[1:]))
+            if (type(size) is not int or cuts[-1] != size
+                    or not all(any(s <= a and b <= e for s, e in spans.values()) for a, b in cells)):
+                continue  # a gap: no split tiles the tensor
+            wide = [n for n in nodes if any(spans[n][0] < c < spans[n][1] for c in cuts)]
+            if not wide or any(n in keep or not all(_cat_reads(u, n, d) for u in n.users) for n in wide):
+                continue
+            for n in wide:
+                with self.graph.inserting_before(n):
+                    pieces = [self.graph.call_function(torch.narrow, (base, d, a, b - a))
+                              for a, b in cells if spans[n][0] <= a and b <= spans[n][1]]
+                for p in pieces:
+                    _fake_run(p)
+                for u in list(n.users):
+                    u.args = ([q for t in u.args[0] for q in (pieces if t is n else [t])], *u.args[1:])
+                self.graph.erase_node(n)
+                # a class that this slice computed is emitted again if something asks for it
+                self.done = {c: m for c, m in self.done.items() if m is not n}
 
     def split_tilings(self) -> dict[fx.Node, fx.Node]:
         """Slices that tile a tensor along one dim become one ``split``, and selects of every
@@ -518,3 +561,12 @@ def _base(node: fx.Node, key: Any) -> fx.Node:
     while sources := _sources(node, key):
         node = sources[0]
     return node
+
+
+def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
+    """Whether ``user`` is a cat along ``d`` that reads ``piece`` only as one of its tensors."""
+    if (user.op != "call_function" or user.target is not torch.cat or len(user.args) != 2 or user.kwargs
+            or type(user.args[1]) is not int or not isinstance(user.args[0], (list, tuple))):
+        return False
+    v = val(user)
+    return isinstance(v, torch.Tensor) and user.args[1] % v.dim() == d and piece in user.args[0]

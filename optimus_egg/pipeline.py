@@ -221,7 +221,8 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
             setattr(report, k, copy.deepcopy(v))
         report.cache_hit = True
         phase("cache")
-    if not _cheaper(report, gm):
+    cheaper = _cheaper(report, gm)
+    if cheaper is False:
         # A rewrite that saves nothing gains nothing, and a re-emitted graph is a new graph for
         # Inductor to fuse. (The 45 vs 39 launches per training step once measured here on an
         # untouched chain came from the parameter metadata the emitter used to drop, see
@@ -251,19 +252,38 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         report.kept, report.kernels_after = True, report.kernels_before
         report.kept_reason = "an input would lose its gradient"
         return gm
+    if cheaper is None and _loose_slices(new_gm) > _loose_slices(gm):
+        report.kept, report.kernels_after = True, report.kernels_before
+        report.kept_reason = "slices would cost backward kernels"
+        return gm
     return new_gm
 
 
-def _cheaper(report: Report, gm: fx.GraphModule) -> bool:
-    """Fewer kernels, or, without gradients, as many reading fewer cat inputs. No cost model
-    prices cat inputs in kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes
-    each one with a loop of its own, and a piece glued back whole reads as one contiguous copy.
-    In training the slices that replace a split's pieces cost backward kernels the forward count
-    does not see (a slice's gradient is a zero-filled copy where a split's is one cat: family
-    split_cat_to_slices, 15 → 18 eager launches per training step)."""
+def _cheaper(report: Report, gm: fx.GraphModule) -> bool | None:
+    """Fewer kernels, or as many reading fewer cat inputs. No cost model prices cat inputs in
+    kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes each one with a
+    loop of its own, and a piece glued back whole reads as one contiguous copy. With gradients
+    that tie is None, cheaper only if the emitted graph slices no more tensors outside splits
+    (:func:`_loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
+    (family split_cat_to_slices, 15 → 18 eager launches per training step with three slices;
+    15 with them cut into one split, ``Emitter.cut_cat_slices``)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    return report.cat_inputs[1] < report.cat_inputs[0] and not _grad_inputs(gm)
+    if report.cat_inputs[1] >= report.cat_inputs[0]:
+        return False
+    return None if _grad_inputs(gm) else True
+
+
+#: Slicing calls: on a tensor (not a split's tuple of pieces) each is a view whose gradient is a
+#: zero-filled tensor with the slice's gradient copied in.
+_SLICING = frozenset({torch.narrow, torch.select, operator.getitem, "narrow", "select", "__getitem__"})
+
+
+def _loose_slices(gm: fx.GraphModule) -> int:
+    """Slices and selects of tensors that require grad, other than a split's or unbind's pieces."""
+    return sum(1 for n in gm.graph.nodes
+               if n.op in ("call_function", "call_method") and n.target in _SLICING and n.args
+               and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
 
 
 #: The report fields the search fills (and the cache restores).

@@ -146,6 +146,74 @@ def test_slices_that_leave_a_gap_stay_slices():
     assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 2
 
 
+def _split_cat(x):
+    """Two runs of split pieces swapped around a piece read again (family split_cat_to_slices):
+    rewritten, the cat reads x[:, 6:], tanh(x[:, :2]) and x[:, :6], slices that overlap."""
+    p = torch.split(x, 2, dim=1)
+    return (torch.cat([*p[3:], torch.tanh(p[0]), *p[:3]], 1),)
+
+
+def _gradient(fn, x):
+    return torch.autograd.grad(sum(o.sum() for o in fn(x)), x)[0]
+
+
+def test_overlapping_slices_that_cats_read_are_cut_into_one_split():
+    x = torch.randn(4, 12, requires_grad=True)
+    gm = _rewritten(_split_cat, x)
+    assert _calls(gm, torch.split) == 1 and _calls(gm, torch.narrow) == 0
+    cat = next(n for n in gm.graph.nodes if n.target is torch.cat)
+    assert len(cat.args[0]) == 4  # x[:, 6:], tanh(x[:, :2]), x[:, :2], x[:, 2:6]
+    assert _training_launches(gm, x) <= _training_launches(Fn(_split_cat), x)
+    for trial in range(3):
+        y = torch.randn(4, 12, requires_grad=True)
+        torch.testing.assert_close(gm(y)[0], _split_cat(y)[0])
+        torch.testing.assert_close(_gradient(gm, y), _gradient(_split_cat, y))
+
+
+def test_overlapping_slices_are_not_cut_without_gradients():
+    # forward, a cut is one cat input more (CPU Inductor: one copy loop more) and nothing less
+    gm = _rewritten(_split_cat, torch.randn(4, 12))
+    assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 3
+
+
+def test_overlapping_slices_read_by_other_ops_are_not_cut():
+    def fn(x):  # x[:, :6] is also summed: only a cat may read its pieces in its place
+        p = torch.split(x, 2, dim=1)
+        return torch.cat([*p[3:], torch.tanh(p[0]), *p[:3]], 1), torch.cat(p[:3], 1).sum(1)
+
+    x = torch.randn(4, 12, requires_grad=True)
+    gm = _rewritten(fn, x)
+    assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 3
+    torch.testing.assert_close(_gradient(gm, x), _gradient(fn, x))
+
+
+def test_overlapping_slices_with_a_gap_or_read_by_a_cat_on_another_dim_are_not_cut():
+    def gap(x):  # columns 10 and 11 unread: no split tiles x
+        p = torch.split(x, 2, dim=1)
+        return (torch.cat([torch.cat(p[3:5], 1), torch.tanh(p[0]), *p[:3]], 1),)
+
+    def other_dim(x):  # x[:, :6] is glued along dim 0
+        p = torch.split(x, 2, dim=1)
+        return torch.cat([torch.cat(p[:3], 1), torch.cat(p[3:], 1)], 0), torch.tanh(p[0])
+
+    x = torch.randn(4, 12, requires_grad=True)
+    for fn in (gap, other_dim):
+        gm = _rewritten(fn, x)
+        assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 3
+        torch.testing.assert_close(_gradient(gm, x), _gradient(fn, x))
+
+
+def test_as_many_kernels_with_overlapping_slices_that_cannot_be_cut_is_kept_in_training():
+    def gap(x):
+        p = torch.split(x, 2, dim=1)
+        return (torch.cat([*p[3:5], torch.tanh(p[0]), *p[:3]], 1),)
+
+    x = torch.randn(4, 12, requires_grad=True)
+    gm, report = optimize(Fn(gap), (x,))
+    assert report.kept and report.kept_reason == "slices would cost backward kernels"
+    assert not optimize(Fn(gap), (x.detach(),))[1].kept  # without gradients, fewer cat inputs win
+
+
 def test_a_narrow_kept_as_written_with_keywords_is_left_alone():
     # Found by the fuzzer: under dynamic shapes a zero-length narrow from the end stays the
     # program's own call, with its arguments as keywords, which the split grouping read
