@@ -70,7 +70,10 @@ class Emitter:
 
         Forms are the structural calls of ``optable.STRUCTURAL_CALLS``, ``Input`` and ``Call``
         (a registry key). ``Squeeze(Sl(x, d, i, 1), d)`` reads as ``select`` and a cat of pieces
-        unsqueezed on its dim as ``stack``, so the inner view is never emitted on its own.
+        unsqueezed on its dim as ``stack``, so the inner view is never emitted on its own. A
+        piece unflattened to ``(1, n)`` there is unsqueezed: ``cat([a.unflatten(1, (1, -1)),
+        ...], 1)`` is ``stack([a, ...], 1)`` (the zoo's sequence model, whose ``tanh`` of such a
+        cat Inductor's pre-grad ``sink_cat_after_pointwise`` split into a tanh per piece again).
         """
         if cls in self._forms:
             return self._forms[cls]
@@ -93,7 +96,7 @@ class Emitter:
         elif op == "Cat":
             items, dim = self.list_items(kids[0])
             inner = [self.node_of(i) for i in items]
-            if all(n.op == "Unsqueeze" and n.children[1] == dim for n in inner):
+            if all(_unsqueezed(n, dim) for n in inner):
                 got = ("Stack", [n.children[0] for n in inner], (dim,))
             else:
                 got = ("Cat", items, (dim,))
@@ -562,6 +565,12 @@ def _base(node: fx.Node, key: Any) -> fx.Node:
         node = sources[0]
     return node
 
+
+def _unsqueezed(node: Any, dim: int) -> bool:
+    """Whether an e-node is its operand with a dim of size 1 inserted at ``dim``: ``Unsqueeze``,
+    or ``Unflat`` of that dim into ``(1, n)``."""
+    return node.op in ("Unsqueeze", "Unflat") and node.children[1] == dim and (
+        node.op == "Unsqueeze" or node.children[2] == 1)
 
 def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
     """Whether ``user`` is a cat along ``d`` that reads ``piece`` only as one of its tensors."""

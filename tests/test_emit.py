@@ -146,6 +146,40 @@ def test_slices_that_leave_a_gap_stay_slices():
     assert _calls(gm, torch.split) == 0 and _calls(gm, torch.narrow) == 2
 
 
+def _steps(x, p):
+    """Each step of a history plus its position, transformed, stacked back (the zoo's sequence
+    model): rewritten, one tanh of the pieces' sums unflattened to (1, n) and catted."""
+    return (torch.stack([torch.tanh(s + q) for s, q in zip(torch.unbind(x, 1), torch.unbind(p, 0))], 1),)
+
+
+def test_a_cat_of_pieces_unflattened_to_size_one_is_written_as_a_stack():
+    from torch._inductor.fx_passes.pre_grad import pre_grad_passes
+
+    from tests.helpers import check
+
+    x, p = torch.randn(4, 5, 3), torch.randn(5, 3)
+    _, gm = check(_steps, x, p)
+    assert _calls(gm, torch.stack) == 1 and _calls(gm, torch.cat) == 0 and _calls(gm, torch.unflatten) == 0
+    # Inductor's pre-grad sink_cat_after_pointwise splits a tanh of a cat into one per piece;
+    # a stack it leaves alone
+    assert _calls(pre_grad_passes(gm, (x, p)), torch.tanh) == 1
+    xg, pg = x.requires_grad_(), p.requires_grad_()
+    got = torch.autograd.grad(gm(xg, pg)[0].sum(), (xg, pg))
+    for g, want in zip(got, torch.autograd.grad(_steps(xg, pg)[0].sum(), (xg, pg)), strict=True):
+        torch.testing.assert_close(g, want)
+
+
+def test_only_unflattens_to_size_one_on_the_cat_dim_count_as_unsqueezed():
+    from types import SimpleNamespace as N
+
+    from optimus_egg.emit import _unsqueezed
+
+    assert _unsqueezed(N(op="Unsqueeze", children=(7, 1)), 1) and _unsqueezed(N(op="Unflat", children=(7, 1, 1)), 1)
+    assert not _unsqueezed(N(op="Unflat", children=(7, 1, 2)), 1)  # (2, n): two rows per piece
+    assert not _unsqueezed(N(op="Unflat", children=(7, 0, 1)), 1)  # another dim
+    assert not _unsqueezed(N(op="Flat", children=(7, 1)), 1)
+
+
 def _split_cat(x):
     """Two runs of split pieces swapped around a piece read again (family split_cat_to_slices):
     rewritten, the cat reads x[:, 6:], tanh(x[:, :2]) and x[:, :6], slices that overlap."""
@@ -279,7 +313,7 @@ def test_a_stack_of_inputs_moves_down_to_its_reader():
     args = (torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4))
     gm, report = optimize(Fn(fn), args)
     assert report.fallback is None and not report.kept
-    stack, exp = _order(gm, torch.cat, torch.exp)  # (the stack is written as a cat of unflattens)
+    stack, exp = _order(gm, torch.stack, torch.exp)
     assert exp < stack
     torch.testing.assert_close(gm(*args)[0], fn(*args)[0])
 
@@ -295,7 +329,7 @@ def test_nothing_moves_past_a_write():
     args = (torch.randn(2, 4), torch.randn(2, 4), torch.randn(2, 4))
     gm, report = optimize(Fn(fn), args)
     assert report.fallback is None and not report.kept
-    stack, exp = _order(gm, torch.cat, torch.exp)  # (the stack is written as a cat of unflattens)
+    stack, exp = _order(gm, torch.stack, torch.exp)
     assert stack < exp
     for got, want in zip(gm(*args), fn(*args), strict=True):
         torch.testing.assert_close(got, want)
