@@ -7,6 +7,7 @@ node's op on its inputs' fake values, so Inductor and its passes see shapes ever
 from __future__ import annotations
 
 import copy
+import heapq
 import operator
 from typing import Any
 
@@ -477,6 +478,34 @@ class Emitter:
                 same.setdefault(new, []).append(node.name)
         for new, names in same.items():
             new.meta[ORIGIN] = names  # a fresh list: copied input nodes share meta values with the original
+
+
+def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
+    """Reorder ``graph`` (emitted, origins marked) to follow ``original``, the program as
+    written: a node that computes an original node's value goes where that node was, a new one
+    just before its first reader. Emission writes each output's operands depth-first, and
+    Inductor fuses along the order it is given: a backward graph emitted unchanged in that order
+    got 6 more kernels per step on the zoo's ple model, 7 more on the cruft chain (CPU)."""
+    where = {n.name: i for i, n in enumerate(original.nodes)}
+    nodes = [n for n in graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
+    rank: dict[fx.Node, float] = {}
+    for n in reversed(nodes):
+        own = min((where[o] for o in n.meta.get(ORIGIN, ()) if o in where), default=None)
+        later = min((rank[u] for u in n.users if u in rank), default=float("inf"))
+        rank[n] = own if own is not None else later
+    index = {n: i for i, n in enumerate(nodes)}
+    waiting = {n: sum(1 for a in n.all_input_nodes if a in index) for n in nodes}
+    ready = [(rank[n], index[n], n) for n in nodes if not waiting[n]]
+    heapq.heapify(ready)
+    output = next(iter(graph.find_nodes(op="output")))
+    while ready:
+        _, _, n = heapq.heappop(ready)
+        output.prepend(n)
+        for u in n.users:
+            if u in waiting:
+                waiting[u] -= 1
+                if not waiting[u]:
+                    heapq.heappush(ready, (rank[u], index[u], u))
 
 
 def _propagate_meta(graph: fx.Graph, root: torch.nn.Module) -> None:

@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from optimus_egg import cache, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen
-from optimus_egg.emit import Emitter
+from optimus_egg.emit import Emitter, order_as_written
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
 from optimus_egg.extract.dag import Dag, class_facts
@@ -235,6 +235,8 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     emitter = Emitter(gm, tr, frozen, ex, disjoint_outputs)
     new_gm = emitter.run(out_classes, effect_class, classes)
     emitter.mark_origins(classes)
+    if disjoint_outputs:
+        order_as_written(new_gm.graph, gm.graph)
     _check_outputs(gm, new_gm)
     phase("emit")
     if emitter.copies:

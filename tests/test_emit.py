@@ -419,3 +419,21 @@ def test_tilings_of_a_piece_of_a_tiling_are_split_from_the_new_piece():
 
     program = Program(src, (torch.randn(2, 3, 4, 7),))
     check_program(program, dynamo_graph(program, False, False))
+
+
+def test_a_graph_reordered_as_written_keeps_the_original_order_and_puts_new_nodes_before_readers():
+    from optimus_egg.emit import ORIGIN, order_as_written
+
+    original = torch.fx.symbolic_trace(lambda x, y: (torch.relu(x), torch.tanh(y), torch.sigmoid(x))).graph
+    graph = torch.fx.Graph()
+    x, y = graph.placeholder("x"), graph.placeholder("y")
+    sig = graph.call_function(torch.sigmoid, (x,))  # emitted depth-first: the last output first
+    cat = graph.call_function(torch.cat, ([x, y],))  # new, read by the tanh only
+    tanh = graph.call_function(torch.tanh, (cat,))
+    relu = graph.call_function(torch.relu, (x,))
+    graph.output((relu, tanh, sig))
+    for node, name in ((sig, "sigmoid"), (tanh, "tanh"), (relu, "relu")):
+        node.meta[ORIGIN] = [name]
+    order_as_written(graph, original)
+    assert [n.name for n in graph.nodes] == ["x", "y", "relu", "cat", "tanh", "sigmoid", "output"]
+    graph.lint()
