@@ -474,13 +474,16 @@ def _built(name: str, target: Callable[..., Any], slots: int, *constants: Any, c
 
 
 #: The calls rules build (every registry holds them): a batched matmul with and without the
-#: added bias, the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand,
+#: added bias, the view that turns stacked ``[N, out, in]`` weights into ``bmm``'s operand and
+#: the one that swaps two leading dims (``[n, g, i]`` as ``bmm``'s ``[g, n, i]``),
 #: ``addcmul(b, y, w) = b + y * w`` (an affine transform applied after a fused normalization),
-#: and a broadcasting ``mul`` (an ``Op``: ``Binary`` promises operands of the result's shape).
+#: a broadcasting ``mul`` (an ``Op``: ``Binary`` promises operands of the result's shape), and
+#: ``contiguous`` (one copy that writes a transposed result in row-major order).
 BUILT: dict[str, Call] = dict([
     _built("baddbmm", torch.baddbmm, 3), _built("bmm", torch.bmm, 2),
-    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0), _built("addcmul", torch.addcmul, 3),
-    _built("mul", torch.mul, 2)])
+    _built("transpose", torch.transpose, 1, 1, 2, cost=0.0), _built("transpose", torch.transpose, 1, 0, 1, cost=0.0),
+    _built("addcmul", torch.addcmul, 3), _built("mul", torch.mul, 2),
+    _built("contiguous", torch.Tensor.contiguous, 1)])
 
 
 def built(name: str, *constants: Any) -> str:
@@ -783,6 +786,8 @@ ATEN_CALLS: dict[Any, Callable[[fx.Graph, fx.Node], fx.Node]] = {
     torch.unbind: _same(aten.unbind.int), torch.clone: _same(aten.clone.default), torch.bmm: _same(aten.bmm.default),
     torch.baddbmm: _same(aten.baddbmm.default), torch.transpose: _aten_transpose,
     torch.addcmul: _same(aten.addcmul.default), torch.mul: _same(aten.mul.Tensor), torch.add: _same(aten.add.Tensor),
+    torch.Tensor.contiguous: lambda g, n: g.call_function(aten.clone.default, n.args[:1],
+                                                          {"memory_format": torch.contiguous_format}),
     torch.sum: lambda g, n: g.call_function(aten.sum.dim_IntList, (n.args[0], [n.args[1]]))}
 
 

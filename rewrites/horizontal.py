@@ -5,14 +5,17 @@ Three forms, each grouped once from the graph as written (``seed`` stage: groupi
 of parallel ops would blow the e-graph up), members chained in program order (``pos``):
 
 - linears that read one input ``x`` (one call template, key ``k``) → one linear on concatenated
-  weights, each output a slice of it (Optimus' batch_linear_lhs). The group is chained in
+  weights, each output a slice of it (Optimus' batch_linear_lhs). Groups are chained in
   descending ``pos`` (terms are numbered operands first, a list's later items before its
   earlier ones): the order a cat that glues the outputs back reads them in, so that the cat of
-  the slices is the fused output itself, not a copy of each;
+  the slices is the fused output itself, not a copy of each (the same for the groups below);
 - linears on different inputs of one shape (``[n, i] → [n, o]``, one dtype, one template, so one
   device) → one ``baddbmm`` (``bmm`` without bias) over the stacked inputs, weights and biases,
   each output a select of it (Optimus' batch_linear). Only linears of equal ``height`` are
-  grouped: a term never depends on one of its own height, so no member reads another;
+  grouped: a term never depends on one of its own height, so no member reads another. Where the
+  inputs are the ``g`` pieces that tile one ``[n, g * i]`` tensor along dim 1, the baddbmm reads
+  that tensor as a ``[g, n, i]`` view instead of a stack of its pieces, and one copy writes its
+  result back as ``[n, g, o]``: a cat of the outputs in order is a view of it;
 - layer norms of one template (so one ``normalized_shape`` and ``eps``) on inputs of one shape
   ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
   each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
@@ -48,10 +51,10 @@ DECLARATIONS = """
 (function bl-x (T) T :merge old)
 (function bl-w (T) T :merge old)
 (function bl-b (T) T :merge old)
-(function bl-first (BatchSig) i64 :merge (min old new))
-(function bl-last (BatchSig) i64 :merge (max old new))
+(function bl-first (BatchSig) i64 :merge (max old new))
+(function bl-last (BatchSig) i64 :merge (min old new))
 (function bl-size (BatchSig) i64 :merge (max old new))
-(function bl-next (T) i64 :merge (min old new))
+(function bl-next (T) i64 :merge (max old new))
 (function bl-idx (T) i64 :merge (min old new))
 (function bl-xs (T) TList :merge old)
 (function bl-ws (T) TList :merge old)
@@ -60,6 +63,10 @@ DECLARATIONS = """
 (function tn-member (BatchSig T i64) T :merge old)
 (function tn-ws (BatchSig T i64) TList :merge old)
 (function tn-bs (BatchSig T i64) TList :merge old)
+; linears over the pieces that tile x along dim 1 (the same, for linear groups)
+(function tl-member (BatchSig T i64) T :merge old)
+(function tl-ws (BatchSig T i64) TList :merge old)
+(function tl-bs (BatchSig T i64) TList :merge old)
 """
 
 
@@ -141,9 +148,10 @@ RULES += [
       stage="seed", covers="batch_layernorm"),
     D("batch-norm-member-no-affine", norm_member(False), ("(set (bl-sig t) (Batch k h n i i dt 3))", MEMBER[0]),
       stage="seed", covers="batch_layernorm"),
-    # Each group chained in program order: its ends, each member's successor and index.
+    # Each group chained in descending pos (a cat's order, see above): its ends, each member's
+    # successor and index.
     D("batch-group-ends", FIRST, ("(set (bl-first s) p)", "(set (bl-last s) p)"), stage="seed", covers=GROUP),
-    D("batch-group-next", (*FIRST, "(= s (bl-sig c))", "(= q (pos c))", "(< p q)"), ("(set (bl-next a) q)",),
+    D("batch-group-next", (*FIRST, "(= s (bl-sig c))", "(= q (pos c))", "(> p q)"), ("(set (bl-next a) q)",),
       stage="seed", covers=GROUP),
     D("batch-group-first-index", (*FIRST, "(= p (bl-first s))"), ("(set (bl-idx a) 0)",), stage="seed",
       covers=GROUP),
@@ -220,3 +228,53 @@ RULES += [
        "(set (size r 1) g)", "(set (size r 2) d)", "(set (dtype r) dt)"),
       stage="seed", covers="batch_layernorm"),
 ]
+
+
+# Linears over the pieces that tile one [n, g * i] tensor along dim 1, keyed by start like the
+# norms: one baddbmm (bmm without bias) reads x as [g, n, i] (x viewed as [n, g, i], its two
+# leading dims swapped: no stack of the pieces) with the stacked weights and biases; its [g, n, o]
+# result y is what a next batched layer stacks (each member a select along dim 0 of it). One
+# contiguous copy writes y as [n, g, o], each member a select along dim 1 of that, so a cat of the
+# members in order is a view of it. (A contiguous() of y's transpose always copies: g > 1, n > 1.)
+T01 = built("transpose", 0, 1)
+TILED_X = f"(Op {T01} {args('(Unflat x 1 g)')})"  # x as [g, n, i]
+TILED_Y = (f"(Op {built('bmm')} {args(TILED_X, WT)})",
+           f"(Op {built('baddbmm')} {args('(Unsqueeze (Cat bs) 1)', TILED_X, WT)})")  # [g, n, o]
+TILED_BACK = f"(Op {built('contiguous')} (Cons (Op {T01} {args('y')}) (Nil) -1))"  # y written as [n, g, o]
+
+
+def tiled_linear(form: int, suffix: str) -> list[Derive]:
+    """The rules for linears of ``form`` (1: with bias, 0: without)."""
+    sig = f"(= s (Batch k h n i o dt {form}))"
+    tile = ("(= s (bl-sig a))", sig, "(= xa (bl-x a))", "(= xa (Sl x 1 st i))")
+    piece = ("(= a (tl-member s x st))", sig, "(= w (bl-w a))", *(("(= b (bl-b a))",) if form else ()))
+    lists = ("ws", "bs")[:1 + form]
+
+    def stacks(after: str) -> tuple[str, ...]:
+        """The weights (and biases) of the pieces from ``st`` on, ``after`` those of the rest."""
+        return tuple(f"(set (tl-{v} s x st) (Cons (Unsqueeze {v[0]} 0) {after or v} 0))" for v in lists)
+
+    shape = tuple(f"(set {fact})" for t, dims in (("y", "gno"), ("r", "ngo"))
+                  for fact in (f"(rank {t}) 3", f"(dtype {t}) dt",
+                               *(f"(size {t} {d}) {v}" for d, v in enumerate(dims))))
+    return [
+        D(f"tiled-linear-member{suffix}", tile, ("(set (tl-member s x st) a)",), stage="seed", covers="batch_linear"),
+        D(f"tiled-linear-stack-last{suffix}", (*piece, "(= (+ st i) (size x 1))"), stacks("(Nil)"),
+          stage="seed", covers="batch_linear"),
+        D(f"tiled-linear-stack{suffix}", (*piece, *(f"(= {v} (tl-{v} s x (+ st i)))" for v in lists)), stacks(""),
+          stage="seed", covers="batch_linear"),
+        # member a is its own piece times its own weight (plus its own bias): the stacks hold
+        # the member that owns each start (tl-member keeps one per start; only that one is
+        # rewritten, as for the norms). (The select of y goes in first: the extractor's fusion
+        # pass then builds a relu of the members on y itself, not on a flattened y that Inductor
+        # schedules worse in the backward; test_towers_of_two_layers_batch_each_layer_apart.)
+        D(f"tiled-linear-as-select{suffix}",
+          (*tile, "(= a (tl-member s x st))", *(f"(= {v} (tl-{v} s x 0))" for v in lists), "(= W (size x 1))",
+           "(= g (/ W i))", "(> g 1)", "(> n 1)"),
+          (f"(let y {TILED_Y[form]})", f"(let r {TILED_BACK})", "(union a (Squeeze (Sl y 0 (/ st i) 1) 0))",
+           "(union a (Squeeze (Sl r 1 (/ st i) 1) 1))", *shape),
+          stage="seed", covers="batch_linear"),
+    ]
+
+
+RULES += [*tiled_linear(1, ""), *tiled_linear(0, "-no-bias")]

@@ -100,19 +100,31 @@ def _calls(gm: torch.fx.GraphModule, name: str) -> int:
 XS = torch.randn(5, 32)
 
 
+class Gapped(Parallel):
+    """Linear ``j`` reads columns ``[8j, 8j + 4)`` of a ``[n, 64]`` input: pieces of one tensor
+    that do not tile it (the pieces are stacked, not read as a view)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([t(x[:, 8 * j:8 * j + 4]) for j, t in enumerate(self.towers)], 1)
+
+
+XG = torch.randn(5, 64)
+
+
 def test_linears_on_different_inputs_become_one_baddbmm():
-    model = Parallel(8)
-    report, gm = check(model, XS)
+    model = Gapped(8)
+    report, gm = check(model, XG)
     assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 8
+    assert "tiled-linear-as-select" not in report.rules_fired
     assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
     # a stack each of the inputs, weights and biases and one baddbmm replace the eight linears
     # (the weights' transpose and each output's select are views); the cat stays
-    assert launches(gm, XS) == 4 + 1 < launches(model, XS) == 8 + 1
+    assert launches(gm, XG) == 4 + 1 < launches(model, XG) == 8 + 1
 
 
 def test_linears_without_bias_become_one_bmm():
-    model = Parallel(8, bias=False)
-    report, gm = check(model, XS)
+    model = Gapped(8, bias=False)
+    report, gm = check(model, XG)
     assert report.rules_fired["batch-linear-as-select-of-bmm"] == 8
     assert _calls(gm, "bmm") == 1 and _calls(gm, "linear") == 0
 
@@ -135,6 +147,61 @@ def test_batched_linears_train_like_the_originals():
     gm, report = optimize(model, (x,))
     assert _calls(gm, "baddbmm") == 1
     _assert_same_gradients(model, gm, x)
+    model, x = Gapped(6), torch.randn(5, 48, requires_grad=True)
+    gm, report = optimize(model, (x,))
+    assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 6 and _calls(gm, "baddbmm") == 1
+    _assert_same_gradients(model, gm, x)
+
+
+def test_linears_over_the_pieces_of_a_tensor_read_it_as_a_view():
+    # x [5, 32] read as [8, 5, 4] (a transposed view: no stack of the pieces) by one baddbmm (bmm
+    # without bias); one contiguous copy writes the [8, 5, 6] result as [5, 8, 6], and the cat of
+    # the outputs is a view of it
+    for bias, rule in ((True, "tiled-linear-as-select"), (False, "tiled-linear-as-select-no-bias")):
+        model, x = Parallel(8, bias=bias), torch.randn(5, 32, requires_grad=True)
+        report, gm = check(model, XS)
+        assert report.rules_fired[rule] == 8
+        assert _calls(gm, "baddbmm" if bias else "bmm") == 1 and _calls(gm, "linear") == 0
+        assert _calls(gm, "cat") == 0 and _calls(gm, "stack") == 1 + bias and _calls(gm, "contiguous") == 1
+        # the weights' (and biases') stacks, the matmul and the copy back
+        assert launches(gm, XS) == 3 + bias < launches(model, XS) == 8 + 1
+        _assert_same_gradients(model, gm, x)
+
+
+class ShuffledLinears(Parallel):
+    """Linear ``j`` reads piece ``order[j]`` of the pieces of ``x``."""
+
+    def __init__(self, order: list[int], dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(len(order), dtype=dtype)
+        self.order = order
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pieces = x.split(self.width, 1)
+        return torch.cat([t(pieces[j]) for t, j in zip(self.towers, self.order)], 1)
+
+
+def test_linears_over_the_pieces_of_a_tensor_in_any_order_keep_their_own_weights():
+    model, x = ShuffledLinears([7, 2, 0, 5, 1, 6, 3, 4]), torch.randn(5, 32, requires_grad=True)
+    report, gm = check(model, XS)
+    assert report.rules_fired["tiled-linear-as-select"] == 8
+    assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
+    _assert_same_gradients(model, gm, x)
+
+
+def test_linears_over_pieces_that_tile_nothing_or_read_one_piece_twice_stay_exact():
+    # Piece 0 read twice: one member per start is rewritten; the other keeps its own weights.
+    model = ShuffledLinears([0, 1, 2, 3, 4, 5, 6, 7, 0], dtype=torch.float64)
+    x = torch.randn(5, 32, dtype=torch.float64, requires_grad=True)
+    report, gm = check(model, XS.double())
+    assert report.rules_fired["tiled-linear-member"] == 9
+    assert report.rules_fired["tiled-linear-as-select"] == 8
+    _assert_same_gradients(model, gm, x)
+    # pieces with gaps, pieces that stop short of x's end, one piece (g = 1) and one row (n = 1:
+    # the copy back would be a contiguous() that returns a view) tile nothing
+    for model, x in ((Gapped(8), XG), (Parallel(8), torch.randn(5, 36)), (Parallel(1), XS[:, :4]),
+                     (Parallel(8), XS[:1])):
+        report, _ = check(model, x)
+        assert "tiled-linear-as-select" not in report.rules_fired
 
 
 def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
@@ -161,6 +228,11 @@ def test_towers_of_two_layers_batch_each_layer_apart():
     assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 12
     assert _calls(gm, "baddbmm") == 2 and _calls(gm, "linear") == 0
     assert launches(gm, x) < launches(Towers(), x)
+    # the first layer reads x as a view; the relu reads its [6, 5, 8] result as it is, not
+    # flattened and unflattened around it (equal kernels, but Inductor then fuses the second
+    # layer's bias-gradient sum into the kernel before it: feature_towers training)
+    relu = next(n for n in gm.graph.nodes if "relu" in str(n.target))
+    assert getattr(relu.args[0].target, "__name__", None) == "baddbmm"
 
 
 def test_linears_of_other_shapes_dtypes_or_chained_are_not_batched_together():
