@@ -57,10 +57,20 @@ class BackwardPass(CustomGraphPass):
         return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules}".encode()).hexdigest()
 
 
+def _sources() -> list[Path]:
+    """The package's code, wherever its parts lie (an editable install keeps ``rewrites`` and
+    ``extract`` outside ``optimus_egg/``)."""
+    import optimus_egg
+    from optimus_egg import extract
+
+    return sorted({p.resolve() for pkg in (optimus_egg, extract, rewrites) for d in pkg.__path__
+                   for p in Path(d).glob("*.py")})
+
+
 @functools.cache
 def _source_hash() -> str:
     h = hashlib.sha256()
-    for path in sorted(Path(__file__).parent.rglob("*.py")):
+    for path in _sources():
         h.update(path.read_bytes())
     return h.hexdigest()
 

@@ -161,3 +161,16 @@ def test_the_backward_pass_is_cached_under_what_it_depends_on():
     plain, other = BackwardPass(Options()), BackwardPass(Options(cost_model="inductor"))
     assert plain.uuid() == BackwardPass(Options()).uuid() != other.uuid()
     assert BackwardPass(Options(families=("split_cat",))).uuid() != plain.uuid()
+
+
+
+def test_the_backward_pass_uuid_covers_the_rules_and_extractors_code():
+    from pathlib import Path
+
+    import optimus_egg.extract.greedy_dag
+    import optimus_egg.rewrites.split_cat
+    from optimus_egg import backend
+
+    hashed = backend._sources()
+    for module in (optimus_egg.rewrites.split_cat, optimus_egg.extract.greedy_dag, backend):
+        assert Path(module.__file__).resolve() in hashed
