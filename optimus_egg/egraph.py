@@ -18,7 +18,7 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
 
 from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
 from optimus_egg.rewrites import STAGES, Family
@@ -80,8 +80,9 @@ def _loaders() -> dict[str, str]:
 
 #: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
 _FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"), "rank": ("i64", "(set (rank (Ref i)) a0)"),
-          "pos": ("", "(set (pos (Ref i)) i) (set (output (Ref i)) 0)"), "output": ("", "(set (output (Ref i)) 1)"), "dtype": ("String", "(set (dtype (Ref i)) a0)"),
-          "height": ("i64", "(set (height (Ref i)) a0)"), "depth": ("i64", "(set (depth (Ref i)) a0)")}
+          "pos": ("", "(set (pos (Ref i)) i) (set (output (Ref i)) 0)"), "output": ("", "(set (output (Ref i)) 1)"),
+          "dtype": ("String", "(set (dtype (Ref i)) a0)"), "height": ("i64", "(set (height (Ref i)) a0)"),
+          "depth": ("i64", "(set (depth (Ref i)) a0)")}
 
 
 _LOADERS = _loaders()
@@ -224,7 +225,7 @@ class EGraph:
         return self._eg.run_program(*self._eg.parse_program(program))
 
     def add(self, roots: list[Term], facts: list[tuple[Term, list[int | None], str]],
-            outputs: list[Term] = ()) -> dict[Term, int]:
+            outputs: Sequence[Term] = ()) -> dict[Term, int]:
         """Insert terms (and their subterms) and their shape/dtype facts; return their Ref ids.
         ``outputs``: the terms the graph returns as tensors of their own (``output`` is 1).
 

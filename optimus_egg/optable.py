@@ -49,7 +49,7 @@ def _fn(*names: str) -> list[Any]:
     out: list[Any] = []
     for name in names:
         for ns in (torch, F, torch._C._nn, torch.special, torch.ops.aten):
-            obj = getattr(ns, name, None) if ns is not torch.ops.aten or hasattr(ns, name) else None
+            obj = getattr(ns, name, None)
             if obj is not None and obj not in out:
                 out.append(obj)
         if hasattr(torch.Tensor, name):

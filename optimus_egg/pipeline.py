@@ -213,7 +213,8 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
                     roots + extra)
     hit = cache.get(key)
     if hit is None:
-        frozen, ex, names = _search(tr, fams, roots + extra, options, weights, report, phase, disjoint_outputs)
+        frozen, ex, names = _search(tr, fams, roots + extra, [] if disjoint_outputs else roots, options, weights,
+                                    report, phase)
         cache.put(key, cache.Entry(frozen, ex, names, {k: copy.deepcopy(getattr(report, k)) for k in _SEARCH}))
     else:
         frozen, ex, names = hit.frozen, hit.extraction, hit.names
@@ -293,12 +294,13 @@ _SEARCH = ("kernels_before", "kernels_after", "cost_model", "costs", "cat_inputs
            "eclasses", "iterations", "stop_reason", "rules_fired", "extractor")
 
 
-def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], options: Options,
-            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None], disjoint_outputs: bool
+def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], distinct: list[Term], options: Options,
+            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None]
             ) -> tuple[Frozen, Extraction, dict[Term, int]]:
-    """Build, saturate and extract: everything the cache saves."""
+    """Build, saturate and extract: everything the cache saves. ``distinct``: the outputs that
+    must stay tensors of their own."""
     egraph = EGraph(fams)
-    names = egraph.add(roots, tr.facts, [] if disjoint_outputs else [t for t in tr.outputs if isinstance(t, Term)])
+    names = egraph.add(roots, tr.facts, distinct)
     phase("build")
     device = select.device_of(tr)
     models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
