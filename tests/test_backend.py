@@ -122,7 +122,9 @@ def test_sequence_model_gradients_equal_eager():
 
 class Chain(nn.Module):
     """Linears one after another: autograd writes one weight-gradient ``mm`` per linear, each
-    read by the backward's output alone."""
+    read by the backward's output alone. The last op is a linear (the backward starts with a
+    matmul), and the first linear reads ``tanh`` of an input without gradient (its copy into
+    the stacked operand has no backward kernel to join), as in the zoo's chains."""
 
     def __init__(self, n: int = 5) -> None:
         super().__init__()
@@ -131,7 +133,7 @@ class Chain(nn.Module):
 
     def forward(self, x):
         for layer in self.layers:
-            x = torch.tanh(layer(x))
+            x = layer(torch.tanh(x))
         return x
 
 
@@ -152,6 +154,12 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
     compiled = torch.compile(model, backend="optimus_egg")
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
     assert code.count("extern_kernels.bmm(") == 1 and code.count("extern_kernels.mm(") == 4  # input gradients
+    # Every C++ kernel runs between two of those calls, none before the first or after the bmm
+    # (each would be a launch of its own): the bmm once went before the first layer's bias
+    # gradient, and Inductor then put that sum and the copy of tanh(x) before the first mm.
+    calls = [line.strip() for line in code[code.index("def call("):].splitlines()
+             if line.strip().startswith(("cpp_fused_", "extern_kernels."))]
+    assert calls[0].startswith("extern_kernels.mm(") and calls[-1].startswith("extern_kernels.bmm(")
 
 
 def test_the_backward_pass_is_cached_under_what_it_depends_on():
