@@ -34,10 +34,12 @@ def _class_kids(graph: Frozen, n: int) -> list[int]:
 
 def extract(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | None = None) -> Extraction:
     """``moved`` (bytes an e-node moves) settles ties: ``relu(x[:, :8])`` rather than
-    ``relu(x)[:, :8]``, the same launches and a sixth of the work, forward and backward."""
+    ``relu(x)[:, :8]``, the same launches and a sixth of the work, forward and backward. Before
+    the e-node count, a tie also keeps the program's order of materializations (:func:`_in_order`)."""
     kids = [_class_kids(graph, n) for n in range(len(graph.nodes))]
     own = [cost(node) for node in graph.nodes]
-    choice = _greedy_dag(graph, kids, own if moved is None else _with_bytes(graph, own, moved))
+    weights = own if moved is None else _with_bytes(graph, own, moved)
+    choice = _greedy_dag(graph, kids, _in_order(graph, kids, weights))
     method = "greedy-dag"
     if not all(r in choice for r in roots):
         raise RuntimeError("extraction found no finite term for a graph output")
@@ -58,6 +60,42 @@ def _with_bytes(graph: Frozen, own: list[float], moved: NodeCost) -> list[float]
     nbytes = [moved(node) if o > 0 else 0.0 for node, o in zip(graph.nodes, own)]
     scale = EPSILON / 10 / max(sum(nbytes), 1.0)
     return [o + scale * b for o, b in zip(own, nbytes)]
+
+
+def _in_order(graph: Frozen, kids: list[list[int]], own: list[float]) -> list[float]:
+    """``own`` plus :data:`REVERSED` on each view that makes a tensor the program materializes
+    a view of one the program computes later: where the kernels tie, the program's own
+    materialization is kept. (``graph.refs`` numbers the written terms operands first; a written
+    class counts as materialized when no free node computes it from classes written before it.)
+
+    DeepFM writes ``v = stack(embs)`` and ``flat = cat(unbind(v))``. ``flat = v.flatten(1)`` and
+    ``v = cat(embs).unflatten(1, ...)`` launch the same kernels forward, and the second has
+    fewer e-nodes (a stack is a cat of unsqueezes), but with the linear reading the materialized
+    ``flat`` its input gradient is ``add(mm, x)``, which CPU Inductor makes an ``addmm`` that
+    splits the pointwise kernel around it: one launch more per training step."""
+    first: dict[int, int] = {}  # class -> the earliest written term in it
+    for ref, cls in graph.refs.items():
+        if ref < first.get(cls, ref + 1):
+            first[cls] = ref
+    free: set[int] = set()  # written classes that some free node computes from earlier ones
+    reversed_views: list[int] = []
+    for n, ks in enumerate(kids):
+        mine = first.get(graph.nodes[n].eclass)
+        if mine is None or own[n] != 0:
+            continue
+        if all(first.get(k, mine) < mine for k in ks):
+            free.add(graph.nodes[n].eclass)
+        elif len(ks) == 1 and first.get(ks[0], -1) > mine:
+            reversed_views.append(n)
+    out = list(own)
+    for n in reversed_views:
+        if graph.nodes[n].eclass not in free:
+            out[n] += REVERSED
+    return out
+
+
+#: A fraction of a kernel that outweighs a hundred e-nodes' EPSILON.
+REVERSED = 100 * EPSILON
 
 
 def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:

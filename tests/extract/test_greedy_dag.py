@@ -130,3 +130,53 @@ def test_an_op_pulled_out_of_a_slice_for_nothing_stays_on_the_slice():
     report, gm = check(f, x)
     tanh = [n for n in gm.graph.nodes if n.target is torch.tanh]
     assert len(tanh) == 1 and tuple(val(tanh[0]).shape) == (4, 2)
+
+
+def _stack_and_flat(v_first: bool):
+    """v = stack(a, b) (a cat of unsqueezes) or a view of flat; flat = cat(a, b) or a view of v:
+    one cat either way, and v's own cat has two e-nodes (the unsqueezes) more. ``v_first``: the
+    program wrote v before flat (its refs number the written terms operands first)."""
+    from optimus_egg.egraph import Frozen
+
+    nodes = [ENode("Input", (0,), 0), ENode("Input", (1,), 1),
+             ENode("Unsqueeze", (0, 1), 2), ENode("Unsqueeze", (1, 1), 3),
+             ENode("Nil", (), 10), ENode("Cons", (3, 10, 1), 11), ENode("Cons", (2, 11, 1), 12),
+             ENode("Cons", (1, 10, 1), 13), ENode("Cons", (0, 13, 1), 14),
+             ENode("Cat", (12,), 20), ENode("Unflat", (21, 1, 2), 20),  # v
+             ENode("Cat", (14,), 21), ENode("Flat", (20, 1), 21)]  # flat
+    graph = frozen(nodes)
+    written = [0, 1, 2, 3, 10, 11, 12, 13, 14, *((20, 21) if v_first else (21, 20))]
+    return Frozen(graph.nodes, graph.classes, {ref: cls for ref, cls in enumerate(written)})
+
+
+def test_a_tensor_the_program_materializes_is_not_made_a_view_of_one_it_computes_later():
+    """DeepFM's v = stack(embeddings), flat = cat(unbind(v)): on an equal count of kernels the
+    extractor made v a view of a materialized flat (fewer e-nodes); CPU Inductor then turns
+    flat's gradient add(mm, x) into an addmm that splits a kernel (one launch more per step).
+    Whichever the program computed first stays materialized, the later one becomes its view."""
+
+    def kernels(node):
+        return 1.0 if node.op == "Cat" else 0.0
+
+    for v_first, (kept, view) in ((True, (20, 21)), (False, (21, 20))):
+        graph = _stack_and_flat(v_first)
+        ex = extract(graph, [20, 21], kernels)
+        assert ex.cost == 1.0
+        assert graph.nodes[ex.choice[kept]].op == "Cat", v_first
+        assert graph.nodes[ex.choice[view]].op in ("Flat", "Unflat"), v_first
+
+
+def test_deepfm_flattens_its_stacked_embeddings_for_the_deep_tower():
+    """The zoo's DeepFM as optimized: the embeddings are stacked once (as written) and the deep
+    tower's linear reads a view of the stack, not a cat of its own that the stack is a view of."""
+    from optimus_egg.bench.zoo import deepfm
+    from optimus_egg.optable import launches, val
+    from tests.helpers import check_training
+
+    model, inputs = deepfm()()
+    gm = check_training(model, *inputs)
+    linear = next(n for n in gm.graph.nodes if n.target is torch._C._nn.linear)
+    view = linear.args[0]
+    assert launches(view) == 0, gm.code
+    source = view.args[0]
+    assert launches(source) == 1 and val(source).dim() == 3, gm.code
