@@ -182,3 +182,49 @@ def test_the_backward_pass_uuid_covers_the_rules_and_extractors_code():
     hashed = backend._sources()
     for module in (optimus_egg.rewrites.split_cat, optimus_egg.extract.greedy_dag, backend):
         assert Path(module.__file__).resolve() in hashed
+
+
+def _aten(fn, *inputs):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn, tracing_mode="fake")(*inputs)
+
+
+def _replaced(old_fn, new_fn, *inputs):
+    """``old_fn``'s ATen graph made to compute ``new_fn``'s by the backward pass's ``_replace``;
+    returns it and the nodes it had before."""
+    from optimus_egg.backend import _replace
+
+    gm = _aten(old_fn, *inputs)
+    before = {n.name: n for n in gm.graph.nodes}
+    _replace(gm.graph, _aten(new_fn, *inputs).graph)
+    gm.graph.lint()
+    gm.recompile()
+    return gm, before
+
+
+def test_the_backward_pass_keeps_the_nodes_it_does_not_change():
+    """Inductor's fake-tensor updater re-runs every node it has not seen: the unchanged ``relu``
+    is the graph's own node, moved, the changed product and the sum after it are new."""
+    x = torch.randn(4, 5)
+    gm, before = _replaced(lambda x: torch.relu(x) * 2 + 1, lambda x: torch.relu(x) * 3 + 1, x)
+    nodes = set(gm.graph.nodes)
+    assert before["relu"] in nodes and before["mul"] not in nodes and before["add"] not in nodes
+    torch.testing.assert_close(gm(x), torch.relu(x) * 3 + 1)
+
+
+def test_the_backward_pass_keeps_no_node_whose_literals_differ_in_type_or_sign():
+    ints, x = torch.arange(6).reshape(2, 3), torch.randn(2, 3)
+    gm, before = _replaced(lambda a: a * 1, lambda a: a * 1.0, ints)
+    assert before["mul"] not in set(gm.graph.nodes) and gm(ints).dtype == torch.float32
+    gm, before = _replaced(lambda x: x * 0.0, lambda x: x * -0.0, x)
+    assert before["mul"] not in set(gm.graph.nodes) and torch.signbit(gm(x.abs())).all()
+
+
+def test_the_backward_pass_keeps_a_node_once_where_the_new_graph_computes_it_twice():
+    x = torch.randn(3, 4)
+    gm, before = _replaced(lambda x: torch.relu(x) + 1, lambda x: (torch.relu(x), torch.relu(x) + 1), x)
+    assert before["relu"] in set(gm.graph.nodes)
+    assert sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default) == 2
+    for got, want in zip(gm(x), (torch.relu(x), torch.relu(x) + 1)):
+        torch.testing.assert_close(got, want)

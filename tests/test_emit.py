@@ -499,3 +499,61 @@ def test_an_original_matmul_that_only_the_output_reads_stays_where_it_was():
     mm.meta[ORIGIN], total.meta[ORIGIN] = ["mm"], ["sum_1"]
     order_as_written(graph, original)
     assert [n.name for n in graph.nodes] == ["a", "b", "mm", "sum_1", "output"]
+
+
+def _aten_weight_grads():
+    """A backward-like ATen graph (fake values on its nodes): weight gradients the backward
+    rules batch into one ``bmm``, and calls they leave as they are."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def grads(x, *gs):
+        return (*(torch.mm(g.t(), x if i % 2 else torch.tanh(x)) for i, g in enumerate(gs)), torch.sigmoid(x) * 2)
+
+    inputs = (torch.randn(6, 3), *(torch.randn(6, 5) for _ in range(4)))
+    return make_fx(grads, tracing_mode="fake")(*inputs), grads, inputs
+
+
+def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
+    """A post-grad backward is mostly written back unchanged: those calls take the original's
+    fake values instead of fake-running again; every value is what a fake run gives, storages
+    shared between the same nodes."""
+    from optimus_egg.emit import _propagate_meta
+    from optimus_egg.pipeline import Options, optimize_graph
+
+    gm, grads, inputs = _aten_weight_grads()
+    new, report = optimize_graph(gm, Options(strict=True), disjoint_outputs=True)
+    assert not report.kept and any(n.target is torch.ops.aten.bmm.default for n in new.graph.nodes)
+    for got, want in zip(new(*inputs), grads(*inputs), strict=True):
+        torch.testing.assert_close(got, want)
+    original = {id(n.meta["val"]) for n in gm.graph.nodes if n.op == "call_function"}
+    taken = {n.target for n in new.graph.nodes if n.op == "call_function" and id(n.meta["val"]) in original}
+    assert {torch.ops.aten.tanh.default, torch.ops.aten.sigmoid.default, torch.ops.aten.mul.Tensor} <= taken
+    fresh = torch.fx.Graph()
+    copies: dict = {}
+    fresh.graph_copy(new.graph, copies)
+    for n in fresh.nodes:
+        if n.op == "call_function":
+            n.meta = {}
+    _propagate_meta(fresh, new)  # nothing known: every call fake-run
+    pairs = [(a.meta["val"], copies[a].meta["val"]) for a in new.graph.nodes
+             if a.op == "call_function" and isinstance(a.meta["val"], torch.Tensor)]
+    for kept, run in pairs:
+        assert (kept.shape, kept.stride(), kept.dtype) == (run.shape, run.stride(), run.dtype)
+    same = [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for a, _ in pairs] for b, _ in pairs]
+    assert same == [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for _, a in pairs] for _, b in pairs]
+
+
+def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
+    """Its result's grad flag would hang on the grad mode, which a fake run reads."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from optimus_egg.emit import _value_key
+
+    for grad in (False, True):
+        with FakeTensorMode():
+            x = torch.empty(3, requires_grad=grad)
+        graph = torch.fx.Graph()
+        placeholder = graph.placeholder("x")
+        placeholder.meta["val"] = x
+        relu = graph.call_function(torch.ops.aten.relu.default, (placeholder,))
+        assert (_value_key(relu) is None) == grad
