@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
@@ -164,7 +165,9 @@ class Emitter:
         if optable.is_aten(self.gm.graph):
             leaves = self.to_aten(leaves)
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
-        new_gm = fx.GraphModule(self.gm, self.graph)
+        # Python code generated when first read or called, as in Dynamo's own graphs: the
+        # backward pass only copies the graph (6 ms on the 100-block chain's backward)
+        new_gm = _LazyGraphModule(self.gm, self.graph)
         new_gm.meta = dict(self.gm.meta)
         for attr in _DYNAMO_ATTRS:
             if hasattr(self.gm, attr):
