@@ -14,16 +14,23 @@ phases; then, in inference and one training step (forward, ``sum`` of the output
   built once in a warm-up round and reused from Inductor's on-disk cache by both columns
   (``--cold``: a fresh cache per compile, so each pays its C++ builds). Median of ``--reps``
   rounds, each compiling every column once in a rotating order; also the CPU seconds (this
-  process and its compile workers), which machine load disturbs less than wall time;
+  process and its compile workers), which machine load disturbs less than wall time, and the
+  seconds Python's cyclic collector ran (inside the phases above). Each compile starts from a
+  collected heap: a full collection walks every object the process holds (~0.35 s with torch
+  loaded) once enough new ones outlive younger collections, and without it a column paid for
+  the objects the column before it left (the twin's training compile, 1.4 or 1.8 s CPU
+  depending on its turn);
 - step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -59,6 +66,7 @@ class CompileTimes:
     first_run: float  # the rest: running the first step
     total: float
     cpu: float  # CPU seconds of this process and its compile workers over the same span
+    collector: float = 0.0  # seconds in Python's cyclic garbage collector, within the phases above
 
     @classmethod
     def median(cls, samples: Sequence[CompileTimes]) -> CompileTimes:
@@ -86,7 +94,8 @@ def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], back
     REPORTS.clear()
     timers.clear()
     model.zero_grad(set_to_none=True)
-    with measured_compile(cold):
+    gc.collect()
+    with measured_compile(cold), _collector_seconds() as collector:
         cpu, start = cpu_seconds(), time.perf_counter()
         step = make_step(torch.compile(model, backend=backend, fullgraph=True), model, inputs, train)
         out = step()
@@ -100,8 +109,28 @@ def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], back
     optimize = sum(r.total_seconds for r in REPORTS)
     inductor = backend_call - optimize + spent("backward._backward_impl")
     capture_s = dynamo - backend_call
-    times = CompileTimes(capture_s, optimize, inductor, total - capture_s - optimize - inductor, total, cpu)
+    times = CompileTimes(capture_s, optimize, inductor, total - capture_s - optimize - inductor, total, cpu,
+                         sum(collector))
     return times, step, out, kernels
+
+
+@contextlib.contextmanager
+def _collector_seconds() -> Iterator[list[float]]:
+    """The wall seconds of each run of Python's cyclic garbage collector while inside."""
+    runs: list[float] = []
+    began = [0.0]
+
+    def timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            began[0] = time.perf_counter()
+        else:
+            runs.append(time.perf_counter() - began[0])
+
+    gc.callbacks.append(timer)
+    try:
+        yield runs
+    finally:
+        gc.callbacks.remove(timer)
 
 
 def capture_cpu(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], train: bool) -> float:
@@ -109,6 +138,7 @@ def capture_cpu(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], train:
     the part of every backend's compile no graph rewrite can shorten. CPU time, because on a
     loaded machine wall time of the same capture varied 2× between runs."""
     torch._dynamo.reset()
+    gc.collect()
     start = time.process_time()
     with torch.set_grad_enabled(train):
         torch.compile(model, backend=lambda gm, example_inputs: gm.forward, fullgraph=True)(*inputs)
@@ -147,12 +177,12 @@ def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ..
     print(f"N={n} {mode}: compile + first step, median of {reps} rounds ({cache_note}; FX-graph and "
           f"AOTAutograd caches off; {torch.get_num_threads()} threads), seconds")
     print(f"  {'column':24} {'capture':>8} {'optimize':>9} {'inductor':>9} {'1st run':>8} {'total':>7} "
-          f"{'× twin':>7} {'cpu s':>6}")
+          f"{'× twin':>7} {'cpu s':>6} {'gc s':>5}")
     base = times[columns[0].label]
     for c in columns:
         t = times[c.label]
         print(f"  {c.label:24} {t.capture:8.2f} {t.optimize:9.2f} {t.inductor:9.2f} {t.first_run:8.2f} "
-              f"{t.total:7.2f} {t.total / base.total:7.2f} {t.cpu:6.2f}   {notes[c.label]}")
+              f"{t.total:7.2f} {t.total / base.total:7.2f} {t.cpu:6.2f} {t.collector:5.2f}   {notes[c.label]}")
     twin, cruft = (columns[0].label, times[columns[0].label]), (columns[1].label, times[columns[1].label])
     floor = cruft[1].capture + twin[1].inductor + twin[1].first_run
     print(f"  {cruft[0]} if the rewrite took no time and Inductor as long as on the twin: {floor:.2f}s = "

@@ -19,6 +19,18 @@ def test_timed_compile_splits_the_whole_span(train):
     step()  # the compiled step runs again
 
 
+def test_the_collectors_seconds_are_counted():
+    import gc
+
+    def collecting(gm, example_inputs):  # a backend that runs a full collection
+        gc.collect()
+        return gm.forward
+
+    model, inputs = chain(2)()
+    times, *_ = bench.timed_compile(model, inputs, collecting, False)
+    assert 0 < times.collector <= times.total
+
+
 def test_median_is_per_phase():
     a, b, c = (bench.CompileTimes(x, 0, 2 * x, 0, 3 * x, x) for x in (1.0, 5.0, 2.0))
     assert bench.CompileTimes.median([a, b, c]) == c
