@@ -343,6 +343,7 @@ class Emitter:
                     user.meta.pop("val", None)
         if not optable.is_aten(self.graph):
             raise RuntimeError("a call the emitter wrote has no ATen spelling (optable.ATEN_CALLS)")
+        replaced.update(stack_untransposed(self.graph))
         _propagate_meta(self.graph, self.gm, self.known)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return [replaced.get(x, x) if isinstance(x, fx.Node) else x for x in leaves]
@@ -697,3 +698,57 @@ def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
         return False
     v = val(user)
     return isinstance(v, torch.Tensor) and user.args[1] % v.dim() == d and piece in user.args[0]
+
+
+def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+    """A stack that only batched matmuls read, of 2-D transposes ``g.T`` (a backward's
+    ``bmm`` of weight gradients stacks ``grad.T`` of each layer), is written as the
+    transpose of the stack of the ``g`` s (ATen: ``cat`` of ``unsqueeze`` s along dim 0, then
+    ``permute [0, 2, 1]``): the same values, and a matmul reads either layout.
+
+    Inductor copies each piece into the stack. A copy of ``g.T`` walks ``g`` column by
+    column, as the column sum of a bias gradient ``sum(g, 0)`` does, so on CPU it fused the
+    copies with those sums, all layers in one or two kernels, instead of each sum with the
+    kernel that computes its ``g`` (as without the bmm): the layers' kernels stopped
+    repeating and each was a C++ build of its own (100-block chain, training). A copy of
+    ``g`` walks it in the order its kernel writes it and joins that kernel. Returns the
+    stacks replaced (erased), each by its new transpose."""
+    aten = torch.ops.aten
+    replaced: dict[fx.Node, fx.Node] = {}
+    for cat in list(graph.find_nodes(op="call_function", target=aten.cat.default)):
+        pieces = [_transposed_2d(x.args[0]) if x.target == aten.unsqueeze.default and x.args[1] == 0 else None
+                  for x in cat.args[0]]
+        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in pieces or not cat.users
+                or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)):
+            continue
+        with graph.inserting_before(cat):
+            stack = graph.call_function(
+                aten.cat.default, ([graph.call_function(aten.unsqueeze.default, (g, 0)) for g in pieces],))
+            new = graph.call_function(aten.permute.default, (stack, [0, 2, 1]))
+        cat.replace_all_uses_with(new)
+        unread = dict.fromkeys([*cat.args[0], *(x.args[0] for x in cat.args[0])])  # readers first
+        graph.erase_node(cat)
+        for n in unread:
+            if not n.users:
+                graph.erase_node(n)
+        replaced[cat] = new
+    return replaced
+
+
+def _transposed_2d(node: Any) -> fx.Node | None:
+    """``g`` where ``node`` is the ATen transpose of a 2-D ``g`` (``permute [1, 0]``, ``t``,
+    ``transpose 0 1``) that a kernel computes, else None. Not a view or an input (the slices of
+    one gradient that a split of features gives, zoo mmoe): no kernel writes it that its copy
+    could join; nor a transpose that moves no element (a dim of size 1)."""
+    aten = torch.ops.aten
+    if not isinstance(node, fx.Node) or node.op != "call_function" or node.kwargs:
+        return None
+    g = node.args[0] if node.args else None
+    v = val(g) if isinstance(g, fx.Node) else None
+    if v is None or v.dim() != 2 or 1 in v.shape or not optable.launches(g):
+        return None
+    if (node.target == aten.t.default
+            or node.target == aten.permute.default and [d % 2 for d in node.args[1]] == [1, 0]
+            or node.target == aten.transpose.int and {d % 2 for d in node.args[1:]} == {0, 1}):
+        return g
+    return None

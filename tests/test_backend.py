@@ -162,6 +162,30 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
     assert calls[0].startswith("extern_kernels.mm(") and calls[-1].startswith("extern_kernels.bmm(")
 
 
+@torch._inductor.config.patch(fx_graph_cache=False)
+@torch._functorch.config.patch(enable_autograd_cache=False)
+def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
+    """With a bmm of weight gradients, the stack of each layer's ``grad.T`` once took the bias
+    gradients' column sums out of the layers' kernels (Inductor, CPU: the sums fused with the
+    transposing copies, several layers in one kernel), and the layers' kernels stopped
+    repeating: each a C++ build of its own. The stack is of ``grad`` s, transposed after."""
+    from torch._inductor.utils import run_and_get_code
+
+    class TanhChain(Chain):  # (every layer's gradient is a kernel's output, the last one's too)
+        def forward(self, x):
+            return torch.tanh(super().forward(x))
+
+    model, x = TanhChain(), torch.randn(6, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="optimus_egg")
+    _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
+    assert code.count("extern_kernels.bmm(") == 1
+    kernels = [line.strip().split("(")[0] for line in code[code.index("def call("):].splitlines()
+               if line.strip().startswith("cpp_fused_")]
+    assert len(kernels) == 5 and all("_sum_" in k for k in kernels)  # one per layer, each with its sum
+    assert kernels[1] == kernels[2] == kernels[3]  # the middle layers run one kernel
+
+
 def test_the_backward_pass_is_cached_under_what_it_depends_on():
     from optimus_egg.backend import BackwardPass
     from optimus_egg.pipeline import Options

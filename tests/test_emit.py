@@ -557,3 +557,53 @@ def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
         placeholder.meta["val"] = x
         relu = graph.call_function(torch.ops.aten.relu.default, (placeholder,))
         assert (_value_key(relu) is None) == grad
+
+
+def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, True), n=5, inner=6):
+    """The ATen graph (fake values) of ``read`` of a stack of ``piece(g).T`` (``g``: ``[6, n]``;
+    the weight gradients a backward batches into one bmm) and ``x`` (``[2, inner, 3]``), with
+    the function and inputs it traces."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(a, b, x):
+        pieces = [piece(g).t() if t else piece(g) for g, t in zip((a, b), transposed)]
+        return read(torch.cat([p.unsqueeze(0) for p in pieces]), x)
+
+    inputs = (torch.randn(6, n), torch.randn(6, n), torch.randn(2, inner, 3))
+    return make_fx(fn, tracing_mode="fake")(*inputs), fn, inputs
+
+
+def test_a_stack_of_transposed_gradients_a_bmm_reads_is_the_transpose_of_their_stack():
+    """Inductor copies each piece into the stack; a copy of ``g.T`` walks ``g`` as the bias
+    gradient's column sum does and took those sums out of the layers' kernels (CPU)."""
+    from optimus_egg.emit import stack_untransposed
+
+    gm, fn, inputs = _stack_of_transposes()
+    [(old, new)] = stack_untransposed(gm.graph).items()
+    gm.graph.lint()
+    gm.recompile()
+    aten = torch.ops.aten
+    [bmm] = gm.graph.find_nodes(op="call_function", target=aten.bmm.default)
+    assert bmm.args[0] is new and new.target == aten.permute.default and list(new.args[1]) == [0, 2, 1]
+    stack = new.args[0]
+    assert stack.target == aten.cat.default
+    assert [(u.target, u.args[0].target) for u in stack.args[0]] == [(aten.unsqueeze.default, aten.tanh.default)] * 2
+    assert not gm.graph.find_nodes(op="call_function", target=aten.t.default)
+    torch.testing.assert_close(gm(*inputs), fn(*inputs))
+
+
+@pytest.mark.parametrize("case", [
+    dict(read=lambda s, x: s * 2),  # a kernel reads the stack: its layout is what it was
+    dict(read=lambda s, x: (torch.bmm(s, x), s)),  # ... or the output returns it
+    dict(piece=lambda g: g),  # an input: no kernel writes it
+    dict(piece=lambda g: torch.tanh(g)[:, 1:]),  # a view: nor here
+    dict(piece=lambda g: torch.tanh(g).sum(0, keepdim=True), inner=1),  # [1, n]: its transpose moves nothing
+    dict(transposed=(True, False), n=6),  # one piece is not a transpose
+])
+def test_other_stacks_keep_their_pieces(case):
+    from optimus_egg.emit import stack_untransposed
+
+    gm, _, _ = _stack_of_transposes(**case)
+    before = [(n.target, n.args) for n in gm.graph.nodes]
+    assert stack_untransposed(gm.graph) == {}
+    assert [(n.target, n.args) for n in gm.graph.nodes] == before
