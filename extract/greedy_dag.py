@@ -306,8 +306,13 @@ def _bits(x: int) -> list[int]:
             out.append(low.bit_length() - 1)
             x ^= low
         return out
+    # a long chain's sub-DAGs run to tens of thousands of bits: str.find skips the zeros in C
     digits = bin(x)[:1:-1]  # least significant first
-    return [i for i, c in enumerate(digits) if c == "1"]
+    out, i = [], digits.find("1")
+    while i >= 0:
+        out.append(i)
+        i = digits.find("1", i + 1)
+    return out
 
 
 def _tree(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:

@@ -3,7 +3,7 @@
 import torch
 
 from optimus_egg.egraph import ENode
-from optimus_egg.extract.greedy_dag import extract
+from optimus_egg.extract.greedy_dag import _bits, extract
 from tests.helpers import frozen
 
 
@@ -180,3 +180,13 @@ def test_deepfm_flattens_its_stacked_embeddings_for_the_deep_tower():
     assert launches(view) == 0, gm.code
     source = view.args[0]
     assert launches(source) == 1 and val(source).dim() == 3, gm.code
+
+
+def test_bits_lists_set_positions_of_short_and_long_masks():
+    """Sub-DAG masks: the short path (under 64 set bits) and the long one (a long chain's)."""
+    import random
+
+    rng = random.Random(0)
+    masks = [0, 1, 1 << 70, (1 << 200) - 1] + [rng.getrandbits(n) for n in (10, 64, 65, 500, 30000)]
+    for x in masks:
+        assert _bits(x) == [i for i in range(x.bit_length()) if x >> i & 1]
