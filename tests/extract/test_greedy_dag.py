@@ -190,3 +190,26 @@ def test_bits_lists_set_positions_of_short_and_long_masks():
     masks = [0, 1, 1 << 70, (1 << 200) - 1] + [rng.getrandbits(n) for n in (10, 64, 65, 500, 30000)]
     for x in masks:
         assert _bits(x) == [i for i in range(x.bit_length()) if x >> i & 1]
+
+
+def test_pieces_that_become_slices_of_a_later_tensor_are_not_priced(monkeypatch):
+    """relu of each piece, then the cat: the pieces the program computes become slices of one
+    relu, a kernel saved, not a tie, so the materialization-order tie-break leaves those slices
+    at their plain cost (pricing them only made the greedy pass slower on long chains)."""
+    from optimus_egg.extract import greedy_dag
+    from tests.helpers import check
+
+    seen = []
+    real = greedy_dag._in_order
+
+    def spy(graph, kids, own):
+        out = real(graph, kids, own)
+        seen.append((graph, own, out))
+        return out
+
+    monkeypatch.setattr(greedy_dag, "_in_order", spy)
+    check(lambda x: torch.cat([p.relu() for p in x.split(3, 1)], 1), torch.randn(5, 9))
+    assert seen, "the extraction did not run (served from the optimizer's cache?)"
+    graph, own, out = seen[-1]
+    assert sum(n.op == "Sl" for n in graph.nodes) >= 3
+    assert out == own
