@@ -121,7 +121,9 @@ def solve(graph: Frozen, roots: list[int], cost: NodeCost, time_limit: float = T
 
 def extract(graph: Frozen, roots: list[int], cost: NodeCost, greedy: Extraction,
             time_limit: float = TIME_LIMIT) -> tuple[Extraction, IlpResult]:
-    """The ILP's extraction, or ``greedy`` when the ILP found nothing better in time."""
+    """The ILP's extraction, or ``greedy`` when the ILP found nothing cheaper in time. On a tie
+    greedy's choice stands: it settles ties by bytes moved and by the program's order of
+    materializations (:func:`greedy_dag.extract`), which the ILP's objective does not see."""
     kids = [_class_kids(graph, n) for n in range(len(graph.nodes))]
     used = _reachable(roots, greedy.choice, kids)
     bound = sum(cost(graph.nodes[greedy.choice[c]]) + EPSILON for c in used)
@@ -131,7 +133,7 @@ def extract(graph: Frozen, roots: list[int], cost: NodeCost, greedy: Extraction,
         return greedy, result
     own = [cost(node) for node in graph.nodes]
     got = dag_cost(roots, choice, kids, own)
-    if got > greedy.cost + 1e-9:
+    if got > greedy.cost - 1e-9:
         return greedy, result
     method = "ilp" if result.status == "optimal" else f"ilp ({result.status}: best found)"
     return Extraction({c: choice[c] for c in _reachable(roots, choice, kids)}, got, method), result
