@@ -20,7 +20,7 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from optimus_egg import rewrites
-from optimus_egg.emit import call_key
+from optimus_egg.fake_values import call_key
 from optimus_egg.pipeline import Options, Report, optimize_graph
 
 #: Reports of the most recent graphs this backend optimized, newest last: Dynamo's graphs, and

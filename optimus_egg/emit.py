@@ -9,15 +9,14 @@ from __future__ import annotations
 import copy
 import heapq
 import operator
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx as fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
-from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
-from optimus_egg import optable
+from optimus_egg import fake_values, optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.extract.cost import MATMUL
@@ -54,10 +53,10 @@ class Emitter:
         self.done: dict[int, fx.Node] = {}
         self._original: dict[int, int] = {}  # classes the extraction left out: their original e-node
         self._forms: dict[int, tuple[str, list[int], tuple[Any, ...]]] = {}
-        # the values of an ATen graph's calls (_propagate_meta): a post-grad backward is mostly
-        # written back unchanged; a Dynamo graph, which the rules rewrite nearly whole, is not
+        # the values of an ATen graph's calls (fake_values.propagate): a post-grad backward is
+        # mostly written back unchanged; a Dynamo graph, which the rules rewrite nearly whole, is not
         # indexed (the 100-block chain's forward: 13 ms to index it, no value taken)
-        self.known = _known_values(gm.graph) if optable.is_aten(gm.graph) else None
+        self.known = fake_values.known_values(gm.graph) if optable.is_aten(gm.graph) else None
 
     def node_of(self, cls: int) -> Any:
         choice = self.ex.choice.get(cls)
@@ -152,7 +151,7 @@ class Emitter:
         if effect_class is not None:
             self.emit_class(effect_class)
         roots = [self.emit_class(c) for c in root_classes]
-        _propagate_meta(self.graph, self.gm, self.known)
+        fake_values.propagate(self.graph, self.gm, self.known)
         self.cut_cat_slices(set(roots))
         regrouped = self.split_tilings()
         regrouped.update(self.doubled_sums())
@@ -209,7 +208,7 @@ class Emitter:
                     pieces = [self.graph.call_function(torch.narrow, (base, d, a, b - a))
                               for a, b in cells if spans[n][0] <= a and b <= spans[n][1]]
                 for p in pieces:
-                    _fake_run(p)
+                    fake_values.fake_run(p)
                 for u in list(n.users):
                     u.args = ([q for t in u.args[0] for q in (pieces if t is n else [t])], *u.args[1:])
                 self.graph.erase_node(n)
@@ -251,7 +250,7 @@ class Emitter:
                 n.replace_all_uses_with(new)
                 self.graph.erase_node(n)
                 replaced[n] = new
-        _propagate_meta(self.graph, self.gm, self.known)
+        fake_values.propagate(self.graph, self.gm, self.known)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return replaced
 
@@ -284,7 +283,7 @@ class Emitter:
                 stale.add(n)
                 n.meta.pop("val", None)
                 n.meta.pop("example_value", None)
-        _propagate_meta(self.graph, self.gm, self.known)
+        fake_values.propagate(self.graph, self.gm, self.known)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return replaced
 
@@ -344,7 +343,7 @@ class Emitter:
         if not optable.is_aten(self.graph):
             raise RuntimeError("a call the emitter wrote has no ATen spelling (optable.ATEN_CALLS)")
         replaced.update(stack_untransposed(self.graph))
-        _propagate_meta(self.graph, self.gm, self.known)
+        fake_values.propagate(self.graph, self.gm, self.known)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return [replaced.get(x, x) if isinstance(x, fx.Node) else x for x in leaves]
 
@@ -399,7 +398,7 @@ class Emitter:
                     base = self.as_written(old_base)
                 if storage_key(val(base)) in inputs or storage_key(val(base)) in claimed:
                     base = self.graph.call_function(torch.clone, (base,))
-                    _fake_run(base)
+                    fake_values.fake_run(base)
                 claimed[storage_key(val(base))] = [None]
             copies = {old_base: base}
             for i in members:
@@ -417,7 +416,7 @@ class Emitter:
             raise RuntimeError(f"cannot re-derive an output: {old.name} has no e-class")
         self._choose_originals(term, classes)
         node = self.emit_class(classes[term])
-        _propagate_meta(self.graph, self.gm, self.known)
+        fake_values.propagate(self.graph, self.gm, self.known)
         return node
 
     def _choose_originals(self, term: optable.Term, classes: dict[optable.Term, int]) -> None:
@@ -459,7 +458,7 @@ class Emitter:
                 continue
             copies[n] = self.graph.node_copy(n, copies.__getitem__)
             copies[n].meta = {}
-            _fake_run(copies[n], root=self.gm)
+            fake_values.fake_run(copies[n], root=self.gm)
         return copies[old]
 
     def _copy_view_chain(self, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],
@@ -473,7 +472,7 @@ class Emitter:
         new = self.graph.node_copy(old, lambda a: self._copy_view_chain(a, key, copies, classes)
                                    if a in sources else self.value_of(a, classes))
         new.meta = {}
-        _fake_run(new)
+        fake_values.fake_run(new)
         copies[old] = new
         return new
 
@@ -536,93 +535,6 @@ def _new_matmul(n: fx.Node) -> bool:
     """An emitted matmul that computes no original node's value (Inductor: an extern call)."""
     op = optable.lookup(n)
     return ORIGIN not in n.meta and op is not None and op.name in MATMUL
-
-
-def _propagate_meta(graph: fx.Graph, root: torch.nn.Module,
-                    known: dict[Any, list[Any]] | None = None) -> None:
-    """Fake-run every new node so that it carries ``val``/``example_value`` like Dynamo's.
-
-    ``root`` holds the submodules of ``call_module`` nodes (graphs from ``fx.symbolic_trace``).
-    A node that reads no fake value (``full([], 0.0)``) gets one in the inputs' mode: a value
-    of another mode cannot meet them in a later op. ``known`` (:func:`_known_values`): the
-    values of the original graph's calls; a new call of the same op on the same values, none
-    requiring grad, takes its value from there instead of running (each value once): what a
-    fake run gives, as its inputs are those values. Most of a backward graph is written
-    unchanged, and fake-running it was half of its emission (~40 ms on the 100-block chain)."""
-    modes = (v.fake_mode for n in graph.find_nodes(op="placeholder") if isinstance(v := val(n), FakeTensor))
-    no_inputs_mode = next(modes, None) or FakeTensorMode(allow_non_fake_inputs=True)
-    for node in graph.nodes:
-        if node.op in ("call_function", "call_method", "call_module") and "val" not in node.meta:
-            same = known.get(_value_key(node)) if known else None
-            if same:
-                node.meta["val"] = node.meta["example_value"] = same.pop()
-            else:
-                _fake_run(node, no_inputs_mode, root)
-
-
-def _known_values(graph: fx.Graph) -> dict[Any, list[Any]]:
-    """The fake values of ``graph``'s calls by :func:`_value_key`, each list in graph order
-    (``pop()`` takes the first)."""
-    known: dict[Any, list[Any]] = {}
-    for n in reversed(graph.nodes):
-        if (v := val(n)) is not None and (key := _value_key(n)) is not None:
-            known.setdefault(key, []).append(v)
-    return known
-
-
-def _value_key(node: fx.Node) -> Any:
-    """A call keyed by the fake values it reads (:func:`call_key`); None when one requires grad
-    (its result's flag would then hang on the grad mode) or is missing, and for other nodes."""
-    if node.op not in ("call_function", "call_method"):
-        return None
-    for n in node.all_input_nodes:
-        v = val(n)
-        if v is None or (v.requires_grad if isinstance(v, torch.Tensor) else
-                         any(isinstance(t, torch.Tensor) and t.requires_grad for t in pytree.tree_leaves(v))):
-            return None
-    # by identity: the values stay alive in their graphs, so no id is reused while keyed
-    return call_key(node.op, node.target, node.args, node.kwargs, lambda n: id(val(n)))
-
-
-def call_key(op: str, target: Any, args: Any, kwargs: Any, node_key: Callable[[fx.Node], Any]) -> Any:
-    """What makes two calls compute the same (a pure op): the op and its arguments, nodes as
-    ``node_key`` names them, literals by type and value (``mul(x, 1)`` is not ``mul(x, 1.0)``,
-    nor ``0.0`` ``-0.0``). None where an argument cannot be keyed (a slice, a symbolic size,
-    a node ``node_key`` gives None)."""
-
-    def literal(x: Any) -> Any:
-        if isinstance(x, fx.Node):
-            if (k := node_key(x)) is None:
-                raise TypeError(f"{x.name} has no key")
-            return "node", k
-        if isinstance(x, (list, tuple)):
-            return "seq", tuple(literal(i) for i in x)
-        if isinstance(x, dict):
-            return "dict", tuple((k, literal(v)) for k, v in x.items())
-        if isinstance(x, float):
-            return float, repr(x)
-        return type(x), x
-
-    try:
-        key = (op, target, literal(args), literal(kwargs))
-        hash(key)
-    except TypeError:
-        return None
-    return key
-
-
-def _fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None, root: torch.nn.Module | None = None
-              ) -> None:
-    args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
-    fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
-    with fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)):
-        if node.op == "call_method":
-            out = getattr(args[0], node.target)(*args[1:], **kwargs)
-        elif node.op == "call_module":
-            out = root.get_submodule(node.target)(*args, **kwargs)
-        else:
-            out = node.target(*args, **kwargs)
-    node.meta["val"] = node.meta["example_value"] = out
 
 
 def _storage(v: Any) -> Any:

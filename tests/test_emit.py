@@ -517,7 +517,7 @@ def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
     """A post-grad backward is mostly written back unchanged: those calls take the original's
     fake values instead of fake-running again; every value is what a fake run gives, storages
     shared between the same nodes."""
-    from optimus_egg.emit import _propagate_meta
+    from optimus_egg.fake_values import propagate
     from optimus_egg.pipeline import Options, optimize_graph
 
     gm, grads, inputs = _aten_weight_grads()
@@ -534,29 +534,13 @@ def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
     for n in fresh.nodes:
         if n.op == "call_function":
             n.meta = {}
-    _propagate_meta(fresh, new)  # nothing known: every call fake-run
+    propagate(fresh, new)  # nothing known: every call fake-run
     pairs = [(a.meta["val"], copies[a].meta["val"]) for a in new.graph.nodes
              if a.op == "call_function" and isinstance(a.meta["val"], torch.Tensor)]
     for kept, run in pairs:
         assert (kept.shape, kept.stride(), kept.dtype) == (run.shape, run.stride(), run.dtype)
     same = [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for a, _ in pairs] for b, _ in pairs]
     assert same == [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for _, a in pairs] for _, b in pairs]
-
-
-def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
-    """Its result's grad flag would hang on the grad mode, which a fake run reads."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from optimus_egg.emit import _value_key
-
-    for grad in (False, True):
-        with FakeTensorMode():
-            x = torch.empty(3, requires_grad=grad)
-        graph = torch.fx.Graph()
-        placeholder = graph.placeholder("x")
-        placeholder.meta["val"] = x
-        relu = graph.call_function(torch.ops.aten.relu.default, (placeholder,))
-        assert (_value_key(relu) is None) == grad
 
 
 def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, True), n=5, inner=6):
