@@ -603,6 +603,7 @@ def _unsqueezed(node: Any, dim: int) -> bool:
     return node.op in ("Unsqueeze", "Unflat") and node.children[1] == dim and (
         node.op == "Unsqueeze" or node.children[2] == 1)
 
+
 def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
     """Whether ``user`` is a cat along ``d`` that reads ``piece`` only as one of its tensors."""
     if (user.op != "call_function" or user.target is not torch.cat or len(user.args) != 2 or user.kwargs
@@ -634,9 +635,7 @@ def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
                 or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)):
             continue
         with graph.inserting_before(cat):
-            stack = graph.call_function(
-                aten.cat.default, ([graph.call_function(aten.unsqueeze.default, (g, 0)) for g in pieces],))
-            new = graph.call_function(aten.permute.default, (stack, [0, 2, 1]))
+            new = graph.call_function(aten.permute.default, (optable.aten_stack(graph, pieces, 0), [0, 2, 1]))
         cat.replace_all_uses_with(new)
         unread = dict.fromkeys([*cat.args[0], *(x.args[0] for x in cat.args[0])])  # readers first
         graph.erase_node(cat)

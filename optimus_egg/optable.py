@@ -758,10 +758,14 @@ def _aten_view(g: fx.Graph, n: fx.Node) -> fx.Node:  # flatten / unflatten: to t
     return g.call_function(aten.reshape.default, (n.args[0], list(val(n).shape)))
 
 
-def _aten_stack(g: fx.Graph, n: fx.Node) -> fx.Node:  # Inductor lowers cat, not stack
-    xs, d = n.args
-    d = d % val(n).dim()
+def aten_stack(g: fx.Graph, xs: Sequence[fx.Node], d: int) -> fx.Node:
+    """``stack(xs, d)`` in ATen (``d`` non-negative): Inductor lowers cat, not stack."""
     return g.call_function(aten.cat.default, ([g.call_function(aten.unsqueeze.default, (x, d)) for x in xs], d))
+
+
+def _aten_stack(g: fx.Graph, n: fx.Node) -> fx.Node:
+    xs, d = n.args
+    return aten_stack(g, xs, d % val(n).dim())
 
 
 def _aten_transpose(g: fx.Graph, n: fx.Node) -> fx.Node:  # Inductor lowers permute, not transpose
