@@ -23,7 +23,7 @@ import torch.fx as fx
 
 from optimus_egg import cache, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen
-from optimus_egg.emit import Emitter, order_as_written
+from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
 from optimus_egg.extract.dag import Dag, class_facts
@@ -32,7 +32,7 @@ from optimus_egg.frontend import Translation, translate
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
 from optimus_egg.optable import static_int, val
-
+from optimus_egg.post_grad import order_as_written
 
 
 class OptimizerFallback(UserWarning):
