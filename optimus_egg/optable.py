@@ -63,6 +63,9 @@ _UNARY = ["relu", "sigmoid", "tanh", "neg", "negative", "exp", "exp2", "expm1", 
           "elu", "selu", "celu", "leaky_relu", "hardtanh", "relu6", "hardsigmoid", "hardswish",
           "mish", "softplus", "softsign", "logsigmoid", "tanhshrink", "clamp", "clip",
           "clamp_min", "clamp_max", "nan_to_num", "logit", "expit"]
+#: Views that are their input elementwise: Unary too, so that they move through splits and cats as
+#: the pointwise ops do (``cat(p.detach() for p in split(x))`` is ``x.detach()``), at no cost.
+_IDENTITY_VIEWS = frozenset({"detach"})
 _BINARY = {"add": [operator.add, "__add__", "__radd__"], "sub": [operator.sub, "__sub__", "__rsub__"],
            "mul": [operator.mul, "__mul__", "__rmul__"],
            "div": [operator.truediv, "__truediv__", "__rtruediv__", "true_divide"],
@@ -426,13 +429,39 @@ def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | N
     return None
 
 
+#: Each dropout's ``training`` default: off for the alpha dropouts (``torch.dropout`` and ATen's
+#: name it ``train`` and have none).
+_DROPOUT_TRAINING = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": True,
+                     "alpha_dropout": False, "feature_alpha_dropout": False}
+
+
+def identity_dropout(node: fx.Node) -> fx.Node | None:
+    """The input of a dropout that is off (``training`` a literal False), else None. Such a call
+    draws nothing and returns its input itself (ATen: ``if (!train) return input``); an
+    ``eval()`` model is full of them, and kept as random ops they hid every split and cat
+    around them from the rules."""
+    op = lookup(node)
+    if op is None or op.name not in _DROPOUT_TRAINING:
+        return None
+    b = bind(node, ("input",), "p", ("training", "train"), "inplace",
+             defaults={"p": 0.5, "training": _DROPOUT_TRAINING[op.name], "inplace": False})
+    if b is None or b["training"] is not False or not is_tensor_node(b["input"]):
+        return None
+    return b["input"]
+
+
+def parse_dropout(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    x = identity_dropout(node)
+    return None if x is None else term(x)
+
+
 STRUCTURAL: dict[str, Callable[[fx.Node, Callable[[Any], Term | None]], Any]] = {
     "split": parse_split_like, "split_with_sizes": parse_split_like, "chunk": parse_split_like,
     "tensor_split": parse_split_like, "unbind": parse_unbind, "narrow": parse_narrow,
     "slice": parse_slice, "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
     "cat": parse_cat, "concat": parse_cat, "concatenate": parse_cat, "stack": parse_stack,
     "getitem": parse_getitem, "view": parse_reshape, "reshape": parse_reshape, "flatten": parse_reshape,
-    "unflatten": parse_reshape,
+    "unflatten": parse_reshape, **dict.fromkeys(_DROPOUT_TRAINING, parse_dropout),
 }
 
 
@@ -621,7 +650,7 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
     spec, leaves, inputs = template(node, op)
     out = val(node)
     constructor = "Op"
-    if op is not None and op.kind is Kind.POINTWISE and isinstance(out, torch.Tensor):
+    if op is not None and (op.kind is Kind.POINTWISE or op.name in _IDENTITY_VIEWS) and isinstance(out, torch.Tensor):
         shapes = [val(i).shape if is_tensor_node(i) else None for i in inputs]
         if all(s is not None and _same_shape(s, out.shape) for s in shapes) and len(inputs) in (1, 2):
             constructor = "Unary" if len(inputs) == 1 else "Binary"
@@ -690,11 +719,23 @@ def _cost(node: fx.Node, op: OpDef | None) -> float:
     return 1.0
 
 
-def storage_key(t: Any) -> Any:
+class StorageKey(torch.multiprocessing.reductions.StorageWeakRef):
+    """A tensor's storage, as a key: equal to the key of the same storage and to nothing else.
+    (torch's ``StorageWeakRef`` raises when compared with ``None``, the key of a non-tensor
+    argument such as a symbolic size: ``reshape(t, s0, -1)``.)"""
+
+    __slots__ = ()
+    __hash__ = torch.multiprocessing.reductions.StorageWeakRef.__hash__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, StorageKey) and self.cdata == other.cdata
+
+
+def storage_key(t: Any) -> StorageKey | None:
     if not isinstance(t, torch.Tensor):
         return None
     try:
-        return torch.multiprocessing.reductions.StorageWeakRef(t.untyped_storage())
+        return StorageKey(t.untyped_storage())
     except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested) alias nothing we track
         return None
 

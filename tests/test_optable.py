@@ -4,7 +4,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from optimus_egg import optable
+from optimus_egg import optable, optimize
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
 from tests.helpers import Fn, check, launches
@@ -211,3 +211,55 @@ def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
                if n.op == "call_function" and n is not call)
     for a, b in zip(torch.utils._pytree.tree_leaves(got), torch.utils._pytree.tree_leaves(target(*args))):
         torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.stack(x.split(2, 1), 1).reshape(x.shape[0], -1),  # an output re-derived through the reshape
+    lambda x: torch.cat([x.t().reshape(x.shape[0], -1), x[:, :3]], 1),  # a reshape that copies, priced
+], ids=["output-view-chain", "copying-reshape"])
+def test_calls_reading_a_symbolic_size_are_optimized(fn):
+    """A symbolic size is an argument without a storage: comparing storages with it raised
+    (torch's StorageWeakRef compared with None), and the compile fell back."""
+    x = torch.randn(4, 6)
+    graph = torch._dynamo.export(Fn(fn), assume_static_by_default=False)(x)[0]
+    gm, report = optimize(graph, (x,))
+    assert report.fallback is None
+    other = torch.randn(7, 6)
+    torch.testing.assert_close(gm(other), fn(other))
+    assert optable.storage_key(x) == optable.storage_key(x[1:]) != None  # noqa: E711 - the comparison that raised
+
+
+@pytest.mark.parametrize("drop", [
+    lambda p: F.dropout(p, 0.3, training=False), lambda p: F.dropout(p, 0.3, False, False),
+    lambda p: torch.dropout(p, 0.3, False), lambda p: F.alpha_dropout(p, 0.3),  # (off by default)
+    lambda p: F.dropout1d(p, training=False), lambda p: F.feature_alpha_dropout(p, 0.2, False),
+], ids=["dropout-kw", "dropout-positional", "torch.dropout", "alpha_dropout", "dropout1d", "feature_alpha_dropout"])
+def test_a_dropout_that_is_off_is_its_input_and_the_rules_see_through_it(drop):
+    fn = lambda x: torch.cat([drop(p) for p in x.split(4, 2)], 2) * 2
+    x = torch.randn(2, 3, 16)
+    report, gm = check(fn, x)
+    assert report.opaque_nodes == 0 and launches(gm, x) == 1 < launches(fn, x)
+
+
+def test_an_eval_mode_dropout_module_is_its_input():
+    linear, drop = torch.nn.Linear(16, 32), torch.nn.Dropout(0.5)
+    fn = Fn(lambda x: torch.cat([drop(p) for p in linear(x).split(8, 1)], 1).relu())
+    fn.linear, fn.drop = linear, drop
+    x = torch.randn(4, 16)
+    _, gm = check(fn.eval(), x)
+    assert not any("dropout" in str(n.target) for n in gm.graph.nodes)
+    assert launches(gm, x) == 2  # the linear and the relu
+
+
+@pytest.mark.parametrize("drop", [lambda p: F.dropout(p, 0.3), lambda p: F.alpha_dropout(p, 0.3, True),
+                                  lambda p: F.dropout(p, 0.0, True)], ids=["dropout", "alpha_dropout", "p=0"])
+def test_a_dropout_that_draws_keeps_its_random_numbers(drop):
+    """Each piece's dropout stays a call of its own, in order: the same seed gives eager's mask."""
+    fn = Fn(lambda x: torch.cat([drop(p) for p in x.split(4, 1)], 1) * 2)
+    x = torch.randn(8, 16)
+    gm, _ = optimize(fn, (x,))
+    assert sum("dropout" in str(n.target) for n in gm.graph.nodes) == 4
+    torch.manual_seed(0)
+    want = fn(x)
+    torch.manual_seed(0)
+    torch.testing.assert_close(gm(x), want)
