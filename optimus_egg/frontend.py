@@ -101,7 +101,8 @@ def translate(gm: fx.GraphModule) -> Translation:
         else:
             tr.nodes += 1
             op = optable.lookup(node)
-            effectful = (_touches(node, pinned_storages) or (op is not None and op.kind is Kind.RANDOM)
+            random = op is not None and op.kind is Kind.RANDOM and optable.identity_dropout(node) is None
+            effectful = (_touches(node, pinned_storages) or random
                          or (op is None and not node.users) or node.op == "call_module")
             parsed = None
             if not effectful and op is not None and op.name in optable.STRUCTURAL:

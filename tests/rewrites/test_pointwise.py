@@ -71,3 +71,26 @@ def test_stack_of_one_op_applied_to_each_piece_is_the_op_of_the_stack():
     fn = lambda a, b, c: torch.stack([a.relu(), b.relu(), c.relu()], 0)  # noqa: E731
     report, gm = check(fn, *xs)
     assert report.rules_fired["unary-into-unsqueeze"] > 0 and launches(gm, *xs) == 2
+
+
+def test_detached_pieces_glued_back_are_the_detached_input():
+    """``detach`` is a free Unary: it moves through split and cat as relu does."""
+    def fn(x, y):
+        return torch.cat([p.detach() for p in x.split(4, 1)], 1) * y, torch.cat([torch.relu(p.detach()) for p in x.split(8, 1)], 1)
+
+    x, y = torch.randn(4, 16, requires_grad=True), torch.randn(4, 16, requires_grad=True)
+    _, gm = check(fn, x, y)
+    assert launches(gm, x, y) == 2 < launches(fn, x, y)  # the mul and the relu: no cat left
+    prod, relu = gm(x, y)
+    assert prod.requires_grad and not relu.requires_grad
+    prod.sum().backward()  # the gradient reaches y only, as in eager
+    assert x.grad is None
+    torch.testing.assert_close(y.grad, x.detach())
+
+
+def test_a_cat_of_detached_and_attached_pieces_is_kept():
+    fn = lambda x: torch.cat([x[:, :8].detach(), x[:, 8:]], 1) * 2
+    x = torch.randn(4, 16, requires_grad=True)
+    _, gm = check(fn, x)
+    gm(x).sum().backward()
+    torch.testing.assert_close(x.grad, torch.cat([torch.zeros(4, 8), torch.full((4, 8), 2.0)], 1))
