@@ -773,6 +773,27 @@ def is_inplace(node: fx.Node) -> bool:
     return node.kwargs.get("inplace") is True
 
 
+#: The calls Dynamo writes where a ``with`` block changes how the calls after it compute: grad
+#: mode (``no_grad``, ``enable_grad``, ``set_grad_enabled``), forward AD, ``autocast``,
+#: ``inference_mode``, saved-tensor hooks, functorch transforms, the attention backend.
+_MODE_SWITCHES = frozenset({
+    "_set_grad_enabled", "_set_fwd_grad_enabled", "_enter_autocast", "_exit_autocast",
+    "_enter_inference_mode", "_exit_inference_mode", "set_inplace_requires_grad_allowed",
+    "_saved_tensors_hooks_disable", "_saved_tensors_hooks_enable", "_vmap_increment_nesting",
+    "_vmap_decrement_nesting", "_jvp_increment_nesting", "_jvp_decrement_nesting", "_enter_dual_level",
+    "_exit_dual_level", "push_dynamic_layer_stack", "pop_dynamic_layer_stack", "_grad_increment_nesting",
+    "_grad_decrement_nesting", "_sdpa_kernel"})
+
+
+def switches_mode(node: fx.Node) -> bool:
+    """Does this call change a mode the calls after it compute under (see ``_MODE_SWITCHES``)?
+    The same call computes another value (``x @ y`` in bfloat16 under autocast) or gradient
+    (``p.exp()`` under ``no_grad``) on either side of it."""
+    t = node.target
+    return (node.op == "call_function" and getattr(t, "__name__", None) in _MODE_SWITCHES
+            and str(getattr(t, "__module__", "")).startswith("torch"))
+
+
 # ---------------------------------------------------------------------------------------------
 # Structural emitters: the mirror image of the parsers above.
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, rewrites
+from optimus_egg import cache, optable, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -202,6 +202,12 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         report.seconds[name] = report.seconds.get(name, 0.0) + now - clock
         clock = now
 
+    switch = next((n for n in gm.graph.nodes if optable.switches_mode(n)), None)
+    if switch is not None:
+        # Rules and the emitter move calls freely: across the switch, one would compute under
+        # the other mode (cat(no_grad(exp(a)), exp(b)) -> exp(cat(a, b)) gave a its gradient).
+        report.kept, report.kept_reason = True, f"the graph switches modes ({switch.target.__name__})"
+        return gm
     tr = translate(gm)
     report.fx_nodes, report.opaque_nodes = tr.nodes, tr.opaque
     phase("translate")
