@@ -7,6 +7,7 @@ fake-run again."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable
 
 import torch
@@ -91,7 +92,7 @@ def call_key(op: str, target: Any, args: Any, kwargs: Any, node_key: Callable[[f
 
 def fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None,
              root: torch.nn.Module | None = None) -> None:
-    args, kwargs = fx.node.map_arg((node.args, node.kwargs), val)
+    args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _value(n, root))
     fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
     with fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)):
         if node.op == "call_method":
@@ -101,3 +102,12 @@ def fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None,
         else:
             out = node.target(*args, **kwargs)
     node.meta["val"] = node.meta["example_value"] = out
+
+
+def _value(node: fx.Node, root: torch.nn.Module | None) -> Any:
+    """A node's fake value; a ``get_attr`` that has none is the attribute itself: the submodule
+    a higher-order op calls (an ``autograd.Function``'s bodies, a checkpointed region)."""
+    v = val(node)
+    if v is None and node.op == "get_attr" and root is not None:
+        return operator.attrgetter(node.target)(root)
+    return v

@@ -2,7 +2,8 @@
 
 Every node becomes a term through the op table. Mutation is the one thing the e-graph cannot see,
 so it is made explicit here: every node that writes to, reads from, or produces a tensor whose
-storage is written anywhere in the graph (and every random op) is an opaque, unshareable ``Op``
+storage is written anywhere in the graph (and every random op, and every call of a submodule or
+subgraph: a checkpointed region may draw random numbers) is an opaque, unshareable ``Op``
 threaded on an effect chain in program order. Rules never look inside those, and the chain keeps
 their order on the way back.
 """
@@ -102,8 +103,8 @@ def translate(gm: fx.GraphModule) -> Translation:
             tr.nodes += 1
             op = optable.lookup(node)
             random = op is not None and op.kind is Kind.RANDOM and optable.identity_dropout(node) is None
-            effectful = (_touches(node, pinned_storages) or random
-                         or (op is None and not node.users) or node.op == "call_module")
+            effectful = (_touches(node, pinned_storages) or random or (op is None and not node.users)
+                         or node.op == "call_module" or isinstance(node.target, torch._ops.HigherOrderOperator))
             parsed = None
             if not effectful and op is not None and op.name in optable.STRUCTURAL:
                 if op.name == "getitem" and isinstance(env.get(node.args[0]), Pieces):

@@ -4,7 +4,9 @@ in test_emit.py)."""
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
+from optimus_egg import optimize
 from optimus_egg.fake_values import value_key
+from tests.helpers import Fn
 
 
 def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
@@ -17,3 +19,34 @@ def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
         placeholder.meta["val"] = x
         relu = graph.call_function(torch.ops.aten.relu.default, (placeholder,))
         assert (value_key(relu) is None) == grad
+
+
+class _Cube(torch.autograd.Function):
+    """x ** 3 with a backward of its own (not the true gradient: it must be the one that runs)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x * x * x
+
+    @staticmethod
+    def backward(ctx, g):
+        (x,) = ctx.saved_tensors
+        return 5 * g * x
+
+
+def test_a_higher_order_op_is_fake_run_with_its_subgraphs():
+    """Dynamo writes an autograd.Function as a higher-order op reading its bodies (get_attr
+    submodules, without fake values): a re-emitted call was fake-run with None for them, and
+    the compile fell back."""
+    fn = lambda x: torch.cat([_Cube.apply(p).relu() for p in x.split(4, 1)], 1)  # noqa: E731
+    x = torch.randn(5, 12)
+    gm, report = optimize(Fn(fn), (x.clone().requires_grad_(),))
+    assert report.fallback is None and report.kernels_after < report.kernels_before
+    grads = []
+    for f in (fn, gm):
+        arg = x.clone().requires_grad_()
+        out = f(arg)
+        out.sum().backward()
+        grads.append((out, arg.grad))
+    torch.testing.assert_close(grads[1], grads[0])
