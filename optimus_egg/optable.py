@@ -486,6 +486,7 @@ class Call:
     cost: float
     constructor: str  # "Op" | "Unary" | "Binary"
     device: str = ""  # the result's device: calls on different devices never share a key
+    exact: bool = False  # elementwise, but only on the elements written (:func:`computes_exactly`)
 
     def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
         leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
@@ -589,13 +590,13 @@ class Registry:
 
     def key(self, call: Call, shareable: bool) -> str:
         identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
-                    tuple(repr(x) for x in call.leaves), call.device)
+                    tuple(repr(x) for x in call.leaves), call.device, call.exact)
         if _plain_unary(call):  # torch.relu(x), F.relu(x), x.relu(): one op, one key
-            identity = ("Unary", call.name, call.device)
+            identity = ("Unary", call.name, call.device, call.exact)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
         n = len(self.calls) - len(BUILT)
-        key = f"{call.name}#{n}"
+        key = f"{call.name}{EXACT if call.exact else ''}#{n}"
         if call.name in DERIVED and call.constructor == "Op":
             suffix, variant = DERIVED[call.name]
             derived = variant(call)
@@ -656,7 +657,28 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
             constructor = "Unary" if len(inputs) == 1 else "Binary"
     name = op.name if op is not None else _target_name(node)
     device = str(out.device) if isinstance(out, torch.Tensor) else ""
-    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor, device), inputs
+    exact = constructor != "Op" and computes_exactly(name, out)
+    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor, device, exact), inputs
+
+
+#: Elementwise ops that may blow up on values the program never gave them: a derivative that is
+#: infinite at finite inputs (``1 / b`` at 0, ``sqrt`` at 0, ``exp`` past overflow), or, on
+#: integers, an error (division by zero).
+_SINGULAR = frozenset({"div", "pow", "floordiv", "fmod", "remainder", "atan2", "hypot", "exp", "exp2", "expm1",
+                       "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "tan", "logit"})
+#: Marks the key of a call that :func:`computes_exactly` (rules test it with ``count-matches``).
+EXACT = "!"
+
+
+def computes_exactly(name: str, out: Any) -> bool:
+    """Whether an elementwise call must run on exactly the elements the program runs it on: a
+    rule that moves it out of a slice (``(a / b)[:2]`` for ``a[:2] / b[:2]``) also runs it on the
+    rest, where its gradient, zero times the derivative there, was ``0 / 0`` (NaN) where ``b`` is
+    0, while the program's was 0; on integers, it raised where the program did not. So
+    :data:`_SINGULAR` ops, where their value requires grad or is an integer."""
+    if name not in _SINGULAR or not isinstance(out, torch.Tensor):
+        return False
+    return out.requires_grad or not (out.dtype.is_floating_point or out.dtype.is_complex)
 
 
 def _elementwise_einsum(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]] | None:

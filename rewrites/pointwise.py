@@ -5,14 +5,18 @@ tensor), the slices merge. Pulling an op out of a cat needs every piece to keep 
 that the cat of the operands concatenates the same values (no promotion).
 """
 
+from optimus_egg.optable import EXACT
 from optimus_egg.rewrites import Derive, Rule
 
 DECLARATIONS = "(relation unary-list (TList String TList)) (relation binary-list (TList String TList TList))"
 
+#: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
+#: on the elements written only (``optimus_egg.optable.computes_exactly``).
+WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 RULES = [
-    Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", stage="expand"),
+    Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
-         ("(= m (size x d))", "(= m (size y d))"), stage="expand"),
+         ("(= m (size x d))", "(= m (size y d))", WIDENS), stage="expand"),
     # unary-list l f m: the list l is f applied to each piece of m, dtypes unchanged.
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),

@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.helpers import check, launches
+from tests.helpers import Fn, check, launches
 
 X = torch.randn(4, 16)
 
@@ -94,3 +94,38 @@ def test_a_cat_of_detached_and_attached_pieces_is_kept():
     _, gm = check(fn, x)
     gm(x).sum().backward()
     torch.testing.assert_close(x.grad, torch.cat([torch.zeros(4, 8), torch.full((4, 8), 2.0)], 1))
+
+
+def _swapped_quotients(x, y, mask):
+    b = y * mask
+    return torch.cat([x[:, 4:] / b[:, 4:], x[:, :2] / b[:, :2]], 1)
+
+
+def test_a_division_that_needs_grad_is_not_moved_out_of_slices():
+    """Found by the fuzzer: ``(a / b)[:, :2]`` for ``a[:, :2] / b[:, :2]`` gave ``a`` a gradient of
+    ``0 / 0`` (NaN) beyond the slice wherever ``b`` is 0, where eager's is 0."""
+    x, y = torch.randn(4, 8, requires_grad=True), torch.randn(4, 8, requires_grad=True)
+    mask = torch.ones(4, 8)
+    mask[:, 2:4] = 0  # b is 0 only where the program never divides
+    report, gm = check(_swapped_quotients, x, y, mask)
+    assert "binary-out-of-slice" not in report.rules_fired
+    grads = []
+    for f in (Fn(_swapped_quotients), gm):
+        x.grad = y.grad = None
+        f(x, y, mask).sum().backward()
+        grads.append((x.grad, y.grad))
+    for got, want in zip(*grads[::-1]):
+        torch.testing.assert_close(got, want)
+    report, _ = check(_swapped_quotients, x.detach(), y.detach(), mask)  # no gradient: it may move
+    assert "binary-out-of-slice" in report.rules_fired
+
+
+def test_an_integer_division_is_not_moved_out_of_slices():
+    """Run beyond the slices it divides by 0 and raises, where the program does not."""
+    def fn(a, b):
+        return torch.cat([a[:, 4:] // b[:, 4:], a[:, :2] // b[:, :2]], 1) + 1
+
+    a, b = torch.randint(0, 9, (4, 8)), torch.randint(1, 9, (4, 8))
+    b[:, 2:4] = 0
+    report, _ = check(fn, a, b, trials=1)
+    assert "binary-out-of-slice" not in report.rules_fired
