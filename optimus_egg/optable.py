@@ -12,7 +12,7 @@ import enum
 import inspect
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 import torch.fx as fx
@@ -490,8 +490,19 @@ class Call:
 
     def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
         leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
-        args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+        args, kwargs = pytree.tree_map(lambda x: slice(*x) if isinstance(x, SliceArgs) else x,
+                                       pytree.tree_unflatten(leaves, self.spec),
+                                       is_leaf=lambda x: isinstance(x, SliceArgs))
         return graph.create_node(self.op, self.target, tuple(args), dict(kwargs))
+
+
+class SliceArgs(NamedTuple):
+    """A slice with a node among its bounds (``x[: s0 // 2]``), spelled as a pytree node so that
+    the node is an argument of the call (pytree keeps a slice whole, as a constant)."""
+
+    start: Any
+    stop: Any
+    step: Any
 
 
 def _built(name: str, target: Callable[..., Any], slots: int, *constants: Any, cost: float = 1.0
@@ -631,7 +642,16 @@ def _arguments(node: fx.Node, op: OpDef | None) -> tuple[list[Any], dict[str, An
 
 def template(node: fx.Node, op: OpDef | None = None) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
     """(spec, leaves with Slots, the node arguments in slot order)."""
-    leaves, spec = pytree.tree_flatten(_arguments(node, op))
+    def node_slices(x: Any) -> Any:
+        if isinstance(x, (list, tuple)):
+            return type(x)(node_slices(y) for y in x)
+        if isinstance(x, dict):
+            return {k: node_slices(v) for k, v in x.items()}
+        if isinstance(x, slice) and any(isinstance(b, fx.Node) for b in (x.start, x.stop, x.step)):
+            return SliceArgs(x.start, x.stop, x.step)
+        return x
+
+    leaves, spec = pytree.tree_flatten(node_slices(_arguments(node, op)))
     inputs: list[fx.Node] = []
     out = []
     for leaf in leaves:

@@ -216,10 +216,13 @@ def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
 @pytest.mark.parametrize("fn", [
     lambda x: torch.stack(x.split(2, 1), 1).reshape(x.shape[0], -1),  # an output re-derived through the reshape
     lambda x: torch.cat([x.t().reshape(x.shape[0], -1), x[:, :3]], 1),  # a reshape that copies, priced
-], ids=["output-view-chain", "copying-reshape"])
+    lambda x: torch.cat([x[: x.shape[0] // 2].exp(), x[x.shape[0] // 2:].exp()], 0),  # a size in a slice
+], ids=["output-view-chain", "copying-reshape", "slice-bound"])
 def test_calls_reading_a_symbolic_size_are_optimized(fn):
     """A symbolic size is an argument without a storage: comparing storages with it raised
-    (torch's StorageWeakRef compared with None), and the compile fell back."""
+    (torch's StorageWeakRef compared with None), and the compile fell back. One inside a slice
+    (``x[: s0 // 2]``) was a constant of the call, not an argument: the emitted call read a node
+    of the old graph."""
     x = torch.randn(4, 6)
     graph = torch._dynamo.export(Fn(fn), assume_static_by_default=False)(x)[0]
     gm, report = optimize(graph, (x,))
