@@ -204,8 +204,8 @@ def parse_split_like(node: fx.Node, term: Callable[[Any], Term | None]) -> Piece
     if src is None or d is None:
         return None
     lengths = [static_int(o.shape[d]) for o in outs]
-    if any(n is None for n in lengths):
-        return None
+    if any(n is None for n in lengths) or sum(lengths) != static_int(val(b["input"]).shape[d]):
+        return None  # (tensor_split at decreasing indices: the pieces overlap, a later one starts before)
     start, items = 0, []
     for n in lengths:
         items.append(Term("Sl", (src, d, start, n)))

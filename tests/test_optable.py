@@ -266,3 +266,11 @@ def test_a_dropout_that_draws_keeps_its_random_numbers(drop):
     want = fn(x)
     torch.manual_seed(0)
     torch.testing.assert_close(gm(x), want)
+
+
+def test_pieces_of_a_tensor_split_at_decreasing_indices_are_not_read_as_a_tiling():
+    """x.tensor_split([4, 2], 1) is x[:, :4], x[:, 4:2] (empty), x[:, 2:]: the pieces overlap, so
+    they are not consecutive slices (the last was read as x[:, 4:8] and the emission failed)."""
+    fn = lambda x: (x.tensor_split([4, 2], 1)[2].sum(1), torch.cat([p.relu() for p in x.split(3, 1)], 1))  # noqa: E731
+    report, _ = check(fn, torch.randn(4, 6))
+    assert report.kernels_after < report.kernels_before
