@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 from optimus_egg import fake_values, optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
-from optimus_egg.frontend import Translation
+from optimus_egg.frontend import Translation, mutated_storages
 from optimus_egg.optable import static_int, storage_key, val
 
 #: The positional arity of the slicing calls :meth:`Emitter.split_tilings` groups.
@@ -221,13 +221,17 @@ class Emitter:
         copied in, then adds them up, where a split's gradient is one cat (the zoo's sequence
         model: 187 → 115 eager launches per training step)."""
         order = {n: i for i, n in enumerate(self.graph.nodes)}
+        # the split goes before the first slice: of a tensor the graph writes (t_() between two
+        # narrows changes what the later one reads), each slice stays where it was
+        written = mutated_storages(self.graph)
         groups: dict[tuple[fx.Node, int, bool], list[fx.Node]] = {}
         for n in self.graph.nodes:
             arity = _VIEW_ARITY.get(n.target) if n.op == "call_function" else None
             if arity is None or len(n.args) != arity or n.kwargs:  # (an op kept as written: kwargs)
                 continue
             v = val(n.args[0])
-            if isinstance(v, torch.Tensor) and all(type(a) is int and a >= 0 for a in n.args[1:]):
+            if (isinstance(v, torch.Tensor) and storage_key(v) not in written
+                    and all(type(a) is int and a >= 0 for a in n.args[1:])):
                 groups.setdefault((n.args[0], n.args[1] % v.dim(), n.target is torch.select), []).append(n)
         replaced: dict[fx.Node, fx.Node] = {}
         for (base, d, select), nodes in groups.items():
@@ -340,6 +344,7 @@ class Emitter:
         if not optable.is_aten(self.graph):
             raise RuntimeError("a call the emitter wrote has no ATen spelling (optable.ATEN_CALLS)")
         replaced.update(stack_untransposed(self.graph))
+        replaced.update(scatter_input_stacks(self.graph))
         fake_values.propagate(self.graph, self.gm, self.known)
         self.done = {c: replaced.get(n, n) for c, n in self.done.items()}
         return [replaced.get(x, x) if isinstance(x, fx.Node) else x for x in leaves]
@@ -611,3 +616,46 @@ def _transposed_2d(node: Any) -> fx.Node | None:
             or node.target == aten.transpose.int and {d % 2 for d in node.args[1:]} == {0, 1}):
         return g
     return None
+
+
+def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+    """A stack of graph inputs alone that only batched matmuls read (a backward's ``bmm`` of
+    weight gradients stacks each layer's saved input) is written as each input scattered into
+    its slot of a zero tensor, in turn (ATen: ``slice_scatter`` of each ``unsqueeze`` into
+    ``full``): the same values, and Inductor writes one pointwise kernel for them.
+
+    Inductor (CPU) copies each piece of a cat into the stack in a kernel of its own; a copy of
+    an input depends on nothing, and it fused with whichever kernel near it in the graph read
+    the same input (the layer's activation backward), or with none: a few layers' kernels got
+    a copy or several, the others none, and the layers' kernels stopped repeating, each a C++
+    build of its own (100-block chain, training: 6 distinct kernels where the twin has 4). One
+    kernel, which Inductor computes where the matmul reads it (in the C++ kernel before that
+    extern call), changes only that kernel; each element of it tests which slot it is in, one
+    compare per input. Returns the stacks replaced (erased), each by its last scatter."""
+    aten = torch.ops.aten
+    replaced: dict[fx.Node, fx.Node] = {}
+    for cat in list(graph.find_nodes(op="call_function", target=aten.cat.default)):
+        pieces = cat.args[0]
+        xs = [val(p.args[0]) if _unsqueezed_input(p) else None for p in pieces]
+        v = xs[0]
+        sizes = [len(xs), *(static_int(s) for s in v.shape)] if isinstance(v, torch.Tensor) else [None]
+        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in sizes
+                or not cat.users or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)
+                or any(not isinstance(x, torch.Tensor) or (x.shape, x.dtype, x.device) != (v.shape, v.dtype, v.device)
+                       for x in xs)):
+            continue
+        with graph.inserting_before(cat):
+            stack = graph.call_function(aten.full.default, (sizes, 0), {
+                "dtype": v.dtype, "layout": torch.strided, "device": v.device, "pin_memory": False})
+            for i, piece in enumerate(pieces):
+                stack = graph.call_function(aten.slice_scatter.default, (stack, piece, 0, i, i + 1))
+        cat.replace_all_uses_with(stack)
+        graph.erase_node(cat)
+        replaced[cat] = stack
+    return replaced
+
+
+def _unsqueezed_input(node: Any) -> bool:
+    """Whether ``node`` is ``unsqueeze(x, 0)`` of a graph input ``x``."""
+    return (isinstance(node, fx.Node) and node.target == torch.ops.aten.unsqueeze.default and node.args[1] == 0
+            and isinstance(node.args[0], fx.Node) and node.args[0].op in ("placeholder", "get_attr"))

@@ -463,6 +463,59 @@ def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
     assert same == [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for _, a in pairs] for _, b in pairs]
 
 
+def _stack_of_inputs(read=torch.bmm, pieces=(None, None, None)):
+    """The ATen graph (fake values) of ``read`` of ``g`` (``[n, 6, 4]``) and a stack of inputs
+    (``[4, 5]`` each; the saved inputs a backward's bmm of weight gradients stacks), each
+    through its function in ``pieces`` (None: as it is), with the function and inputs it
+    traces (-0.0, inf and nan among them)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def fn(g, *xs):
+        return read(g, torch.cat([(f(x) if f else x).unsqueeze(0) for f, x in zip(pieces, xs)]))
+
+    xs = [torch.randn(4, 5) for _ in pieces]
+    xs[0][0, :3] = torch.tensor([-0.0, float("inf"), float("nan")])
+    inputs = (torch.randn(len(pieces), 6, 4), *xs)
+    return make_fx(fn, tracing_mode="fake")(*inputs), fn, inputs
+
+
+def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
+    """Inductor (CPU) copies each input of a cat in a kernel of its own, which fused with
+    whichever kernel near it read the same input, or with none: the scatters are one kernel."""
+    from optimus_egg.emit import scatter_input_stacks
+
+    aten = torch.ops.aten
+    gm, fn, inputs = _stack_of_inputs()
+    [new] = scatter_input_stacks(gm.graph).values()
+    gm.graph.lint()
+    gm.recompile()
+    [bmm] = gm.graph.find_nodes(op="call_function", target=aten.bmm.default)
+    assert bmm.args[1] is new and not gm.graph.find_nodes(op="call_function", target=aten.cat.default)
+    scatters = [new]
+    while scatters[-1].target == aten.slice_scatter.default:
+        scatters.append(scatters[-1].args[0])
+    zeros = scatters.pop()
+    assert zeros.target == aten.full.default and zeros.args == ([3, 4, 5], 0)
+    xs = [n for n in gm.graph.find_nodes(op="placeholder")][1:]
+    assert [(s.args[1].target, s.args[1].args, s.args[2:]) for s in reversed(scatters)] == [
+        (aten.unsqueeze.default, (x, 0), (0, i, i + 1)) for i, x in enumerate(xs)]
+    torch.testing.assert_close(gm(*inputs), fn(*inputs), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("case", [
+    dict(read=lambda g, s: s * 2),  # a kernel reads the stack: the copies join it
+    dict(read=lambda g, s: (torch.bmm(g, s), s)),  # ... or the output returns it
+    dict(pieces=(None, torch.tanh, None)),  # a kernel writes a piece: its copy joins that kernel
+])
+def test_other_stacks_of_inputs_keep_their_cat(case):
+    from optimus_egg.emit import scatter_input_stacks
+
+    gm, _, _ = _stack_of_inputs(**case)
+    before = [(n.target, n.args) for n in gm.graph.nodes]
+    assert scatter_input_stacks(gm.graph) == {}
+    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+
+
 def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, True), n=5, inner=6):
     """The ATen graph (fake values) of ``read`` of a stack of ``piece(g).T`` (``g``: ``[6, n]``;
     the weight gradients a backward batches into one bmm) and ``x`` (``[2, inner, 3]``), with
@@ -511,3 +564,20 @@ def test_other_stacks_keep_their_pieces(case):
     before = [(n.target, n.args) for n in gm.graph.nodes]
     assert stack_untransposed(gm.graph) == {}
     assert [(n.target, n.args) for n in gm.graph.nodes] == before
+
+
+def test_slices_of_a_tensor_the_graph_writes_are_not_made_one_split():
+    """A split goes before the first slice it replaces: with ``y.t_()`` between two narrows of y,
+    the later one read the columns of y before the transpose (1.27 off eager)."""
+    def fn(x):
+        y = x.clone()
+        a = torch.narrow(y, 1, 0, 2)
+        y.t_()
+        b = torch.narrow(y, 1, 2, 2)
+        return a + 1, b + 1, torch.cat([p.relu() for p in x.split(2, 1)], 1)
+
+    x = torch.randn(4, 4)
+    gm = _rewritten(fn, x)
+    assert _calls(gm, torch.split) == 0
+    for got, want in zip(gm(x), fn(x)):
+        torch.testing.assert_close(got, want)
