@@ -28,7 +28,19 @@ def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
     batches, so it went as soon as its operands were ready; but Inductor writes every extern
     call between two C++ kernels, and the kernels written after it that need not wait for it
     (the first layer's bias gradient) were a launch of their own (cruft chain backward, CPU:
-    16 launches, 15 with the bmm last, as Optimus's batch_linear_post_grad gets)."""
+    16 launches, 15 with the bmm last, as Optimus's batch_linear_post_grad gets).
+
+    A call that is ready when a matmul is written and reads only graph inputs and what the
+    matmul reads (directly or through views, one of them computed since the matmul before), or
+    what such calls compute, goes before it: on CPU it runs in the C++ kernel that computed what
+    it reads instead of the next one, and makes no kernel of its own. A layer's bias gradient,
+    the sum of the gradient its input-gradient matmul reads, is written after that matmul:
+    Inductor's peak-memory reordering had moved the cruft chain's sums into their layers'
+    kernels, but no longer once the stack of saved inputs stopped being copied early
+    (:func:`optimus_egg.emit.scatter_input_stacks`), and each sum ran in the next layer's
+    kernel. A call that reads another view of what the matmul reads (another tower's slice of
+    one gradient, zoo mmoe) stays: moved, such sums were loops of their own (3 more kernel
+    objects)."""
     where = {n.name: i for i, n in enumerate(original.nodes)}
     nodes = [n for n in graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     rank: dict[fx.Node, float] = {}
@@ -49,14 +61,60 @@ def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
     ready = [(n in last, rank[n], index[n], n) for n in nodes if not waiting[n]]
     heapq.heapify(ready)
     output = next(iter(graph.find_nodes(op="output")))
-    while ready:
-        n = heapq.heappop(ready)[-1]
+    kernel: set[fx.Node] = set()  # the calls written since the last matmul (CPU: the C++ kernel before it)
+
+    def place(n: fx.Node) -> None:
         output.prepend(n)
         for u in n.users:
             if u in waiting:
                 waiting[u] -= 1
                 if not waiting[u]:
                     heapq.heappush(ready, (u in last, rank[u], index[u], u))
+
+    while ready:
+        n = heapq.heappop(ready)[-1]
+        if _matmul(n):
+            operands, joined = _read(n), set()
+            while joining := sorted(e for e in ready if not e[0] and _joins(e[-1], operands, joined, kernel)):
+                ready[:] = [e for e in ready if e not in joining]
+                heapq.heapify(ready)
+                for e in joining:
+                    place(e[-1])
+                    joined.add(e[-1])
+            kernel = set()
+        else:
+            kernel.add(n)
+        place(n)
+
+
+def _matmul(n: fx.Node) -> bool:
+    """A matmul (Inductor: an extern call, between two C++ kernels on CPU)."""
+    op = optable.lookup(n)
+    return op is not None and op.name in MATMUL
+
+
+def _read(n: fx.Node) -> set[fx.Node]:
+    """What ``n`` reads: its arguments, and what each is a view of."""
+    stack, read = list(n.all_input_nodes), set()
+    while stack:
+        a = stack.pop()
+        read.add(a)
+        if a.op == "call_function" and not optable.launches(a):
+            stack.extend(a.all_input_nodes)
+    return read
+
+
+def _joins(n: fx.Node, operands: set[fx.Node], joined: set[fx.Node], kernel: set[fx.Node]) -> bool:
+    """Whether ``n`` goes before the matmul that reads ``operands`` (its arguments and what they
+    are views of): it reads only graph inputs, ``operands`` and the calls ``joined`` before it,
+    one of them a call of ``kernel`` or ``joined`` (a view: it reads calls ``joined`` alone)."""
+    args = n.all_input_nodes
+    if _matmul(n) or not args:
+        return False
+    if not optable.launches(n):
+        return all(a in joined for a in args)
+    return (all(a.op in ("placeholder", "get_attr") or a in operands or a in joined for a in args)
+            and any(a in joined or (a in kernel and optable.launches(a)) for a in _read(n) & (operands | joined)))
 
 
 def _new_matmul(n: fx.Node) -> bool:

@@ -186,6 +186,27 @@ def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
     assert kernels[1] == kernels[2] == kernels[3]  # the middle layers run one kernel
 
 
+@torch._inductor.config.patch(fx_graph_cache=False)
+@torch._functorch.config.patch(enable_autograd_cache=False)
+def test_the_saved_inputs_a_bmm_of_weight_gradients_reads_are_stacked_in_the_kernel_before_it():
+    """Inductor (CPU) copied each saved input into the stack in a kernel of its own, which
+    fused with whichever kernel near it read that input, or with none: on a long backward a few
+    layers' kernels got a copy or several and the others none, and they stopped repeating (the
+    100-block chain: 6 distinct C++ kernels where the twin has 4). The stack is one kernel,
+    which Inductor writes where the bmm reads it."""
+    from torch._inductor.utils import run_and_get_code
+
+    model, x = Chain(), torch.randn(6, 8)
+    torch._dynamo.reset()
+    compiled = torch.compile(model, backend="optimus_egg")
+    _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
+    call = code[code.index("def call("):]
+    saved = {a.strip() for a in call[call.index("\n") + 1:call.index("= args")].split(",") if a.strip().startswith("tanh")}
+    calls = [line.strip() for line in call.splitlines() if line.strip().startswith(("cpp_fused_", "extern_kernels."))]
+    assert len(saved) == len(model.layers) and calls[-1].startswith("extern_kernels.bmm(")
+    assert saved <= {a.strip() for a in calls[-2][calls[-2].index("(") + 1:-1].split(",")}
+
+
 def test_the_backward_pass_is_cached_under_what_it_depends_on():
     from optimus_egg.backend import BackwardPass
     from optimus_egg.pipeline import Options

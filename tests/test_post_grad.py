@@ -74,3 +74,27 @@ def test_an_original_matmul_that_only_the_output_reads_stays_where_it_was():
     mm.meta[ORIGIN], total.meta[ORIGIN] = ["mm"], ["sum_1"]
     order_as_written(graph, original)
     assert [n.name for n in graph.nodes] == ["a", "b", "mm", "sum_1", "output"]
+
+
+def test_a_call_that_reads_only_what_a_matmul_reads_goes_before_it():
+    """A layer's bias gradient (the sum of the gradient a matmul reads) is written after the
+    matmul: on CPU it ran in the next layer's C++ kernel instead of in the one that computed
+    the gradient."""
+    def program(a, w, b):
+        g = torch.tanh(a)
+        h = torch.sigmoid(torch.mm(g, w))
+        m = torch.mm(h, w)
+        return m, torch.sum(g, 0), torch.sum(h, 0), torch.sum(torch.relu(h + g), 0), torch.relu(b), torch.sum(g[:, :2], 0)
+
+    original = torch.fx.symbolic_trace(program).graph
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(original, {}))
+    for n in graph.nodes:
+        if n.op == "call_function":
+            n.meta[ORIGIN] = [n.name]
+    order_as_written(graph, original)
+    # sum_1 of the first matmul's g and sum_2 of the second's h go before them; not what also
+    # reads g (add), nor another slice of g (getitem), nor relu_1 of an input alone
+    assert [n.name for n in graph.nodes if n.op == "call_function"] == [
+        "tanh", "sum_1", "mm", "sigmoid", "sum_2", "mm_1", "add", "relu", "sum_3", "relu_1", "getitem", "sum_4"]
+    graph.lint()
