@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, optable, rewrites
+from optimus_egg import cache, fake_values, optable, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -245,11 +245,17 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     if disjoint_outputs:
         order_as_written(new_gm.graph, gm.graph)
     _check_outputs(gm, new_gm)
+    restrided = [] if disjoint_outputs else _restride_outputs(gm, new_gm)
     phase("emit")
-    if emitter.copies:
+    if restrided is None:
+        report.kept, report.kernels_after = True, report.kernels_before
+        report.kept_reason = "an output would be laid out differently"
+        return gm
+    if emitter.copies or restrided:
         # Outputs that eager returns as distinct tensors and that became views of one (each a
-        # select of a fused op's result) are copied out: kernels the extraction did not price.
-        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in emitter.copies)
+        # select of a fused op's result) are copied out, as are outputs laid out otherwise:
+        # kernels the extraction did not price.
+        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in [*emitter.copies, *restrided])
         if report.kernels_after >= report.kernels_before:
             report.kept, report.kernels_after = True, report.kernels_before
             report.kept_reason = "the outputs would need copies"
@@ -388,6 +394,42 @@ def _check_outputs(old: fx.GraphModule, new: fx.GraphModule) -> None:
             for x, y in zip(va.shape, vb.shape):
                 if str(x) != str(y) and static_int(x) != static_int(y):
                     raise RuntimeError(f"rewritten output shape {tuple(vb.shape)} != {tuple(va.shape)}")
+
+
+def _restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] | None:
+    """Outputs laid out as the original's (eager's): returns the copies written, or None where
+    one cannot be. ``cat([p.relu() for p in x.split(2, 1)], 1)`` is contiguous whatever ``x``'s
+    layout, ``x.relu()`` has ``x``'s; a caller's ``out.view(-1)`` then raised. A fresh output
+    that eager lays out contiguously is made contiguous (one copy); any other change of layout
+    (strides of dims of size 1 aside), or one of an output that shares its storage, is refused."""
+    inputs = {optable.storage_key(val(n)) for n in old.graph.nodes if n.op in ("placeholder", "get_attr")}
+    out_old, out_new = (next(iter(g.graph.find_nodes(op="output"))) for g in (old, new))
+    leaves_old = torch.utils._pytree.tree_leaves(out_old.args[0])
+    leaves_new, spec = torch.utils._pytree.tree_flatten(out_new.args[0])
+    keys = [optable.storage_key(val(n)) for n in leaves_new]
+    copies: list[fx.Node] = []
+    for i, (a, b) in enumerate(zip(leaves_old, leaves_new)):
+        va, vb = val(a), val(b)
+        if not isinstance(va, torch.Tensor) or _layout(va) == _layout(vb):
+            continue
+        if _layout(va) != _layout(va.new_empty(va.shape)) or keys[i] in inputs or keys.count(keys[i]) > 1:
+            return None
+        with new.graph.inserting_before(out_new):
+            leaves_new[i] = new.graph.call_method("contiguous", (b,))
+        fake_values.fake_run(leaves_new[i])
+        copies.append(leaves_new[i])
+    if copies:
+        out_new.args = (torch.utils._pytree.tree_unflatten(leaves_new, spec),)
+        new.recompile()
+    return copies
+
+
+def _layout(v: torch.Tensor) -> Any:
+    """A tensor's strides where they matter: along its dims of more than one element (none
+    for a tensor without elements). Symbolic ones as written."""
+    if static_int(v.numel()) == 0:
+        return ()
+    return tuple((str(n), str(s)) for n, s in zip(v.shape, v.stride()) if static_int(n) != 1)
 
 
 def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any]) -> fx.GraphModule:

@@ -219,3 +219,17 @@ def test_a_graph_that_switches_grad_mode_or_autocast_is_kept_as_written(fn):
     for got, want in zip(torch.utils._pytree.tree_leaves(gm(x)), torch.utils._pytree.tree_leaves(fn(x))):
         torch.testing.assert_close(got, want, rtol=0, atol=0)
     assert optimize(Fn(lambda x: torch.cat([p.exp() for p in x.split(4, 1)], 1)), (x,))[1].kernels_after == 1
+
+
+def test_an_output_is_laid_out_as_eager_lays_it_out():
+    """cat of the relu'd pieces of a transposed x is contiguous, relu(x) is not: the output is
+    copied contiguous (a caller's out.view(-1) raised), or, where eager's layout is not
+    contiguous either, the graph is kept."""
+    x = torch.randn(6, 4).t()
+    for fn, kept in ((lambda x: torch.cat([p.relu() for p in x.split(2, 1)], 1), False),
+                     (lambda x: torch.cat([p.relu() for p in x.split(2, 1)], 1).t(), True)):
+        gm, report = optimize(Fn(fn), (x,))
+        assert report.kept == kept and (kept or report.kernels_after < report.kernels_before)
+        got, want = gm(x), fn(x)
+        torch.testing.assert_close(got, want)
+        assert got.stride() == want.stride()
