@@ -618,6 +618,12 @@ def _transposed_2d(node: Any) -> fx.Node | None:
     return None
 
 
+#: The most inputs :func:`scatter_input_stacks` scatters: each element tests its slot once per
+#: input, so, as Inductor's own one-kernel cat (``config.max_pointwise_cat_inputs``, on GPUs),
+#: only a few.
+_MAX_SCATTERED = 8
+
+
 def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """A stack of graph inputs alone that only batched matmuls read (a backward's ``bmm`` of
     weight gradients stacks each layer's saved input) is written as each input scattered into
@@ -639,7 +645,7 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         xs = [val(p.args[0]) if _unsqueezed_input(p) else None for p in pieces]
         v = xs[0]
         sizes = [len(xs), *(static_int(s) for s in v.shape)] if isinstance(v, torch.Tensor) else [None]
-        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in sizes
+        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in sizes or len(xs) > _MAX_SCATTERED
                 or not cat.users or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)
                 or any(not isinstance(x, torch.Tensor) or (x.shape, x.dtype, x.device) != (v.shape, v.dtype, v.device)
                        for x in xs)):

@@ -506,6 +506,7 @@ def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
     dict(read=lambda g, s: s * 2),  # a kernel reads the stack: the copies join it
     dict(read=lambda g, s: (torch.bmm(g, s), s)),  # ... or the output returns it
     dict(pieces=(None, torch.tanh, None)),  # a kernel writes a piece: its copy joins that kernel
+    dict(pieces=(None,) * 9),  # more than a few: each element would test its slot 9 times
 ])
 def test_other_stacks_of_inputs_keep_their_cat(case):
     from optimus_egg.emit import scatter_input_stacks
