@@ -211,6 +211,7 @@ def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch
     assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
     for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
         torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
+        assert _layout(g) == _layout(e), f"output {i} laid out as {g.stride()}, eager {e.stride()}"
     for i, (e, g) in enumerate(zip(eager_args, opt_args)):
         torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"input {i} after the call: {m}")
     alias_e = aliases(leaves_e, eager_args + params[0])
@@ -220,6 +221,14 @@ def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch
         flags_e, flags_g = ([getattr(t, "requires_grad", None) for t in ls] for ls in (leaves_e, leaves_g))
         assert flags_g == flags_e, f"outputs requiring grad: optimized {flags_g}, eager {flags_e}"
         _check_grads(leaves_e, eager_args, leaves_g, opt_args)
+
+
+def _layout(t: Any) -> Any:
+    """Strides where they matter (dims of more than one element): a caller's view() of an
+    output works or fails on them."""
+    if not isinstance(t, torch.Tensor) or not t.numel():
+        return None
+    return [st for n, st in zip(t.shape, t.stride()) if n != 1]
 
 
 def _check_grads(leaves_e: list[Any], args_e: list[torch.Tensor], leaves_g: list[Any], args_g: list[torch.Tensor]
