@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import gc
+import numbers
 import operator
 import os
 import threading
@@ -60,18 +61,34 @@ class Options:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
         fams = kw.get("families")
         if fams is not None:
-            fams = (fams,) if isinstance(fams, str) else tuple(fams)
+            fams = (fams,) if isinstance(fams, (str, os.PathLike)) else tuple(fams)
+            fams = tuple(os.fspath(name) if isinstance(name, os.PathLike) else name for name in fams)
             for name in fams:
+                if not isinstance(name, str):
+                    raise ValueError(f"option families takes names, modules or .py files, got {name!r}")
                 rewrites.family(name)  # raises with the valid names
-        budget = Budget(**{k: kw[k] for k in budget_keys if k in kw})
+        budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
+        strict = kw.get("strict", False)
+        if not isinstance(strict, bool):  # bool("false") is True
+            raise ValueError(f"option strict must be True or False, got {strict!r}")
         cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
         extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
         profile = kw.get("cost_profile")
         if profile is not None:
             profile = str(profile)
             load_profile(profile)  # raises on a missing or malformed profile
-        return cls(fams, budget, bool(kw.get("strict", False)), cost_model, extractor,
-                   float(kw.get("ilp_seconds", 10.0)), profile)
+        return cls(fams, budget, strict, cost_model, extractor,
+                   float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile)
+
+
+def _amount(name: str, value: Any, integer: bool) -> Any:
+    """A budget or time limit: a non-negative integer, or (``integer=False``) number. Anything
+    else (a string from ``--option max_iterations=abc``, NaN) failed inside every compile, each
+    graph falling back with a warning of its own, or (NaN seconds) never stopped the clock."""
+    kind = numbers.Integral if integer else numbers.Real
+    if isinstance(value, bool) or not isinstance(value, kind) or not value >= 0:
+        raise ValueError(f"option {name} must be a non-negative {'integer' if integer else 'number'}, got {value!r}")
+    return value
 
 
 class Costs(Mapping[str, tuple[float, float]]):

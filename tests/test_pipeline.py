@@ -60,6 +60,23 @@ def test_unknown_option_and_family_are_clear_errors():
         optimize(Fn(lambda x: x + 1), (torch.randn(2),), families=["nope"])
 
 
+
+@pytest.mark.parametrize("options", [{"max_iterations": "5"}, {"max_enodes": -1}, {"max_iterations": 1.5},
+                                     {"max_seconds": float("nan")}, {"max_seconds": "1"}, {"ilp_seconds": -1.0},
+                                     {"strict": "false"}, {"families": [1]}])
+def test_bad_option_values_are_clear_errors(options):
+    """A string budget once failed inside every compile (each graph falling back with a warning
+    of its own), and ``strict="false"`` turned strict mode on."""
+    with pytest.raises(ValueError, match="option"):
+        Options.from_kwargs(**options)
+
+
+def test_a_rule_file_may_be_a_path(tmp_path):
+    rules = tmp_path / "rules.py"
+    rules.write_text("RULES = []\n")
+    assert Options.from_kwargs(families=rules).families == (str(rules),)
+
+
 def test_families_select_rules():
     model = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1))
     x = torch.randn(2, 8)
