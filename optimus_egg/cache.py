@@ -4,7 +4,8 @@ Dynamo recompiles the same graph often (a guard failure, a second model instance
 process step that re-traces): the key is a canonical serialization of everything the search
 depends on, i.e. the translated term DAG (terms are interned, so identical graphs give identical
 terms: the DAG is named by its roots, see :func:`key`), the shape/dtype facts, the calls behind
-the ``Op``/``Unary``/``Binary`` keys, the output structure and the options. The value is the search's result (the
+the ``Op``/``Unary``/``Binary`` keys, the output structure, the device (the cost models count its
+kernels) and the options. The value is the search's result (the
 frozen e-graph, the extraction, the Ref names), kept in an in-process LRU; the FX graph is
 emitted again from the new translation, so it reads the new graph's own placeholders.
 
@@ -24,6 +25,7 @@ import torch
 
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract.greedy_dag import Extraction
+from optimus_egg.extract.select import device_of
 from optimus_egg.frontend import Translation
 from optimus_egg.ir import Term
 
@@ -73,6 +75,7 @@ def key(tr: Translation, options: Any, roots: list[Term]) -> str | None:
     if not _plain([x for x in tr.outputs if not isinstance(x, Term)]):
         return None
     h.update(f"out {outs} {tr.output_spec} {len(tr.inputs)}\n".encode())
+    h.update(f"device {device_of(tr)}\n".encode())  # whose kernels the cost models count
     h.update(f"options {options!r}\n".encode())
     return h.hexdigest()
 

@@ -84,3 +84,34 @@ def test_calls_with_arbitrary_constants_are_not_cached(saturations):
         assert not report.cache_hit
         assert [n.args[1].k for n in gm.graph.nodes if n.target is scaled] == [k]
     assert len(saturations) == 2
+
+
+def _on(device):
+    """The same graph, its values (fake) on ``device``: split pieces glued back, and a cat."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def fn(x, y):
+        pieces = x.split(4, 1)
+        glued = torch.cat([pieces[i].relu() for i in range(4)], 1)
+        return torch.cat([glued, y.exp()], 1), glued.sum()
+
+    gm, mode = torch.fx.symbolic_trace(fn), FakeTensorMode()
+    with mode:
+        inputs = [torch.empty(8, 16, device=device) for _ in range(2)]
+    FakeTensorProp(gm, mode).propagate(*inputs)
+    return gm
+
+
+def test_a_graph_on_another_device_is_searched_again(saturations):
+    """The cost models count a device's kernels (Inductor fuses a cat's pieces on CUDA, not on
+    the CPU): a CUDA graph once got the extraction found for its CPU twin."""
+    from optimus_egg.pipeline import Options, optimize_graph
+
+    options = Options(cost_model="inductor")
+    _, cuda_alone = optimize_graph(_on("cuda"), options)
+    cache.clear()
+    optimize_graph(_on("cpu"), options)
+    _, cuda = optimize_graph(_on("cuda"), options)
+    assert not cuda.cache_hit and len(saturations) == 3
+    assert (cuda.kernels_before, cuda.kernels_after) == (cuda_alone.kernels_before, cuda_alone.kernels_after)
