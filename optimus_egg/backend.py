@@ -20,6 +20,7 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from optimus_egg import rewrites
+from optimus_egg.extract.tune import load_profile
 from optimus_egg.fake_values import call_key
 from optimus_egg.pipeline import Options, Report, optimize_graph
 
@@ -53,9 +54,13 @@ class BackwardPass(CustomGraphPass):
             _replace(graph, new_gm.graph)
 
     def uuid(self) -> str:
-        """Covers what the pass computes from: this package's code, the rules, the options."""
-        rules = [r.egglog("") for f in rewrites.families(self.options.families) for r in f.rules]
-        return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules}".encode()).hexdigest()
+        """Covers what the pass computes from: this package's code, the rules (and what they
+        declare), the options, and the weights of a cost profile (the options name its file,
+        which ``optimus-egg tune --out`` rewrites; Inductor's caches outlive the process)."""
+        fams = rewrites.families(self.options.families)
+        rules = [(f.declarations, [r.egglog("") for r in f.rules]) for f in fams]
+        weights = load_profile(self.options.cost_profile).weights if self.options.cost_profile else None
+        return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules} {weights}".encode()).hexdigest()
 
 
 def _sources() -> list[Path]:

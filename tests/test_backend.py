@@ -217,6 +217,25 @@ def test_the_backward_pass_is_cached_under_what_it_depends_on():
 
 
 
+def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_declarations(tmp_path):
+    """Inductor's caches outlive the process and the options name files: a profile that
+    ``optimus-egg tune --out`` rewrote, or a rule file declaring otherwise, once kept its uuid."""
+    from optimus_egg import rewrites
+    from optimus_egg.backend import BackwardPass
+    from optimus_egg.extract.tune import Profile
+    from optimus_egg.pipeline import Options
+
+    profile, rules = tmp_path / "profile.json", tmp_path / "rules.py"
+    uuids = []
+    for weight, relation in ((1.0, "a"), (2.0, "a"), (2.0, "b")):
+        Profile("cpu", {"pointwise": 1.0, "matmul": weight}).save(profile)
+        rules.write_text(f"DECLARATIONS = '(relation {relation} (i64))'\nRULES = []\n")
+        rewrites._FILES.pop(str(rules.resolve()), None)  # as a new process reads it
+        uuids.append(BackwardPass(Options.from_kwargs(cost_profile=str(profile), families=[str(rules)])).uuid())
+    assert len(set(uuids)) == 3
+
+
+
 def test_the_backward_pass_uuid_covers_the_rules_and_extractors_code():
     from pathlib import Path
 
