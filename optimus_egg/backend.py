@@ -122,13 +122,19 @@ def _same(node: fx.Node) -> fx.Node:
 
 def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                         options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
-    from torch._inductor import config
+    from torch._inductor import config, list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
+    # torch.compile(mode=...) is Inductor's (it was ignored: no max-autotune, no CUDA graphs)
+    modes = list_mode_options()
+    if mode is not None and mode not in modes:
+        raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(modes)}")
     opts = Options.from_kwargs(**(options or {}))
     new_gm, report = optimize_graph(gm, opts)
     REPORTS.append(report)
-    patches = dict(REWRITTEN_CONFIG) if new_gm is not gm else {}
+    patches = dict(modes[mode]) if mode is not None else {}
+    if new_gm is not gm:
+        patches.update(REWRITTEN_CONFIG)
     if config.post_grad_custom_post_pass is None:  # a pass of the user's own is left in place
         patches["post_grad_custom_post_pass"] = BackwardPass(opts)
     return compile_fx(new_gm, example_inputs, config_patches=patches)

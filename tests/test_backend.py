@@ -95,6 +95,32 @@ def test_options_are_validated():
         torch.compile(lambda x: x + 1, backend="optimus_egg", options={"nope": 1})(torch.randn(2))
 
 
+def test_the_mode_is_inductors_and_an_unknown_one_is_a_clear_error(monkeypatch):
+    """``torch.compile(mode=...)`` reaches Inductor with the graph (the backend dropped it: no
+    max-autotune, no CUDA graphs)."""
+    import pytest
+    import torch._inductor.compile_fx
+
+    from optimus_egg.backend import optimus_egg_backend
+
+    patches = []
+
+    def spy(gm, example_inputs, config_patches=None):
+        patches.append(config_patches)
+        return gm.forward
+
+    monkeypatch.setattr(torch._inductor.compile_fx, "compile_fx", spy)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda x: torch.cat([p.relu() for p in x.split(2, 1)], 1), backend="optimus_egg",
+                             mode="max-autotune-no-cudagraphs")
+    x = torch.randn(3, 4)
+    torch.testing.assert_close(compiled(x), x.relu())
+    assert patches[-1]["max_autotune"] and patches[-1]["inplace_buffers"] is False  # (rewritten)
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        optimus_egg_backend(torch.fx.symbolic_trace(lambda x: x + 1), [x], mode="fastest")
+
+
+
 def test_out_argument_writes_are_kept():
     def fn(x, buf):
         torch.mul(torch.cat(torch.split(x, 2, 1), 1), 2, out=buf)
