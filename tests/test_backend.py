@@ -190,6 +190,35 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
 
 @torch._inductor.config.patch(fx_graph_cache=False)
 @torch._functorch.config.patch(enable_autograd_cache=False)
+def test_weight_gradients_that_share_one_bmm_accumulate_over_steps_and_repeated_backwards():
+    """Each weight's gradient is a select of one bmm, so autograd keeps views of one storage as
+    the parameters' ``.grad`` and adds later gradients into them in place: over two steps, each
+    run backward twice (``retain_graph``), every gradient is still eager's."""
+    import copy
+
+    from optimus_egg.backend import BACKWARD_REPORTS
+
+    model = Chain()
+    eager = copy.deepcopy(model)
+    torch._dynamo.reset()
+    BACKWARD_REPORTS.clear()
+    compiled = torch.compile(model, backend="optimus_egg")
+    for _ in range(2):
+        x = torch.randn(6, 8)
+        for fn in (compiled, eager):
+            loss = fn(x).sum()
+            loss.backward(retain_graph=True)
+            loss.backward()
+    [backward] = BACKWARD_REPORTS
+    assert not backward.kept and backward.rules_fired["batch-mm-as-select-of-bmm"] == 5
+    weights = [layer.weight.grad for layer in model.layers]
+    assert len({g.untyped_storage().data_ptr() for g in weights}) == 1  # views of the bmm
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+@torch._inductor.config.patch(fx_graph_cache=False)
+@torch._functorch.config.patch(enable_autograd_cache=False)
 def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
     """With a bmm of weight gradients, the stack of each layer's ``grad.T`` once took the bias
     gradients' column sums out of the layers' kernels (Inductor, CPU: the sums fused with the
