@@ -21,7 +21,7 @@ from types import ModuleType
 from typing import Any, NamedTuple, Sequence
 
 from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
-from optimus_egg.rewrites import STAGES, Family
+from optimus_egg.rewrites import STAGES, Family, all_family_names
 
 
 def _load_bindings() -> ModuleType:
@@ -205,13 +205,61 @@ def _give_back(program: str, engine: Any, thread: int) -> None:
         idle.popitem(last=False)
 
 
+_REFS = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see EGraph.add
+_RULESETS = tuple(f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD))
+
+
+def _rule_text(fam: Family, rule: Any) -> str:
+    return rule.egglog(_ANALYSIS if fam.name == "analysis" else rule.stage)
+
+
+def check_rules(families: list[Family]) -> None:
+    """Raise ``ValueError`` naming the rule, or the family's ``DECLARATIONS``, that egglog rejects.
+
+    A rule module of one's own with an egglog error (a typo, an unknown constructor, a type
+    error) otherwise failed inside every compile, each graph falling back with egglog's message
+    about a line of a generated program. Runs the program a compile runs (its engine is then
+    reused by the compiles, see ``_lend``); only when egglog rejects it, each declaration and
+    rule again on its own to find which, so that egglog's position is within that text.
+    """
+    try:
+        EGraph(families)
+        return
+    except bindings.EggSmolError as exc:
+        whole = str(exc)
+
+    def rejects(setup: str, text: str) -> str | None:
+        engine = bindings.EGraph()
+        engine.run_program(*engine.parse_program(setup))
+        try:
+            engine.run_program(*engine.parse_program(text))
+        except bindings.EggSmolError as exc:
+            return " ".join(str(exc).split())
+        return None
+
+    setup = "\n".join((DECLARATIONS, *_REFS))
+    for fam in families:
+        if fam.declarations and (why := rejects(setup, fam.declarations)):
+            raise ValueError(f"DECLARATIONS of rule family {fam.name!r} are not valid egglog: {why}")
+        setup += "\n" + fam.declarations
+    setup = "\n".join((setup, *_RULESETS))
+    builtin = {"analysis", *all_family_names()}
+    # a built-in rule rejected: a name the others declare clashes with its (relation a: variable a)
+    declared = [f.name for f in families if f.declarations and f.name not in builtin]
+    for fam in families:
+        for rule in fam.rules:
+            if why := rejects(setup, _rule_text(fam, rule)):
+                after = f" after the DECLARATIONS of {declared}" if fam.name in builtin and declared else ""
+                raise ValueError(f"rule {rule.name!r} of family {fam.name!r} is not valid egglog{after}: {why}\n"
+                                 f"  {_rule_text(fam, rule)}")
+    raise ValueError(f"egglog rejects the rules of families {[f.name for f in families]}: {whole}")
+
+
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
-        rules = [r.egglog(_ANALYSIS if fam.name == "analysis" else r.stage) for fam in families for r in fam.rules]
+        rules = [_rule_text(fam, r) for fam in families for r in fam.rules]
         decls = [fam.declarations for fam in families if fam.declarations]
-        refs = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see add()
-        rulesets = [f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD)]
-        program = "\n".join((DECLARATIONS, *refs, *decls, *rulesets, *rules, *_LOADERS.values()))
+        program = "\n".join((DECLARATIONS, *_REFS, *decls, *_RULESETS, *rules, *_LOADERS.values()))
         self._eg = _lend(program)
         weakref.finalize(self, _give_back, program, self._eg, threading.get_ident()).atexit = False
         self._ids: dict[Term, int] = {}

@@ -23,7 +23,7 @@ import torch
 import torch.fx as fx
 
 from optimus_egg import cache, fake_values, optable, rewrites
-from optimus_egg.egraph import Budget, EGraph, Frozen
+from optimus_egg.egraph import Budget, EGraph, Frozen, check_rules
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
@@ -66,7 +66,9 @@ class Options:
             for name in fams:
                 if not isinstance(name, str):
                     raise ValueError(f"option families takes names, modules or .py files, got {name!r}")
-                rewrites.family(name)  # raises with the valid names
+            loaded = rewrites.families(fams)  # raises with the valid names, or on clashing rule names
+            if not set(fams) <= {"analysis", *rewrites.all_family_names()}:
+                check_rules(loaded)  # a module of one's own: egglog errors name its rule, here
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
         strict = kw.get("strict", False)
         if not isinstance(strict, bool):  # bool("false") is True

@@ -11,6 +11,7 @@ budget.
 from __future__ import annotations
 
 import sys
+import traceback
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.util import find_spec, module_from_spec, spec_from_file_location
@@ -122,7 +123,11 @@ def _user_module(name: str) -> ModuleType:
             assert spec is not None and spec.loader is not None
             module = module_from_spec(spec)
             sys.modules[spec.name] = module  # dataclasses and pickling look modules up here
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[spec.name]
+                raise _load_error(name, exc) from exc
             _FILES[str(path)] = module
         return _FILES[str(path)]
     try:
@@ -131,7 +136,18 @@ def _user_module(name: str) -> ModuleType:
         found = False
     if not found:
         raise _unknown(name)
-    return import_module(name)
+    try:
+        return import_module(name)
+    except Exception as exc:
+        raise _load_error(name, exc) from exc
+
+
+def _load_error(name: str, exc: Exception) -> ValueError:
+    """An error raised by a rule module's own code (a syntax error, a failing import), named as
+    the rule module's, with the line it came from: raised bare, it read as the optimizer's."""
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames and frames[-1].filename != __file__ else ""
+    return ValueError(f"rule module {name!r} failed to load{at}: {type(exc).__name__}: {exc}")
 
 
 def families(names: tuple[str, ...] | list[str] | None = None) -> list[Family]:

@@ -282,7 +282,7 @@ def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_
 
     profile, rules = tmp_path / "profile.json", tmp_path / "rules.py"
     uuids = []
-    for weight, relation in ((1.0, "a"), (2.0, "a"), (2.0, "b")):
+    for weight, relation in ((1.0, "seen_a"), (2.0, "seen_a"), (2.0, "seen_b")):  # not "a": a rule's variable
         Profile("cpu", {"pointwise": 1.0, "matmul": weight}).save(profile)
         rules.write_text(f"DECLARATIONS = '(relation {relation} (i64))'\nRULES = []\n")
         rewrites._FILES.pop(str(rules.resolve()), None)  # as a new process reads it

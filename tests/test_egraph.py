@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from optimus_egg import rewrites
-from optimus_egg.egraph import Budget, EGraph
+from optimus_egg.egraph import Budget, EGraph, check_rules
 from optimus_egg.ir import Term, as_list
 from optimus_egg.pipeline import Options, optimize_graph, capture
 from tests.helpers import Fn
@@ -116,6 +116,40 @@ def test_a_rule_with_an_unknown_stage_is_refused(tmp_path):
                    "RULES = [Rule('x', '(Unary f x)', 'x', stage='later')]\n")
     with pytest.raises(ValueError, match="unknown stage 'later'"):
         rewrites.family(str(mod))
+
+
+@pytest.mark.parametrize("rule, why", [
+    ("Rule('mine', '(Unary f (Unary g x)', '(Unary g x)')", "parse error"),
+    ("Rule('mine', '(Frob f x)', 'x')", "Unbound function Frob"),
+    ("Rule('mine', '(Unary f x)', 'y')", "Unbound symbol y"),
+    ("Rule('mine', '(Sl x \"a\" 0 1)', 'x')", "type i64"),
+    ("Rule('mine', '(Unary f x)', 'x', ('(= n (sizee x 0))',))", "Unbound function sizee"),
+    ("Derive('mine', ('(= t (Sl x d s n))',), ('(union t 1)',))", "type T"),
+])
+def test_check_rules_names_the_rule_egglog_rejects(rule, why):
+    """Such a rule failed inside every compile, each graph falling back with egglog's message
+    about a line of a generated program that named no rule."""
+    fam = rewrites.Family("my_rules.py", (eval(rule, vars(rewrites)),))
+    with pytest.raises(ValueError, match=r"rule 'mine' of family 'my_rules.py' is not valid egglog") as err:
+        check_rules([*rewrites.families(["split_cat"]), fam])
+    assert why in str(err.value)
+
+
+def test_check_rules_names_declarations_egglog_rejects():
+    fam = rewrites.Family("my_rules.py", (), "(relation seen (T)")
+    with pytest.raises(ValueError, match="DECLARATIONS of rule family 'my_rules.py'.*parse error"):
+        check_rules([*rewrites.families(["split_cat"]), fam])
+    redeclared = rewrites.Family("my_rules.py", (), "(sort T)")
+    with pytest.raises(ValueError, match="DECLARATIONS of rule family 'my_rules.py'.*Sort T already declared"):
+        check_rules([*rewrites.families([]), redeclared])
+    shadowing = rewrites.Family("my_rules.py", (), "(relation a (i64))")  # the analysis rules' variable a
+    with pytest.raises(ValueError, match=r"family 'analysis' is not valid egglog after the DECLARATIONS of "
+                                         r"\['my_rules.py'\].*Shadowing"):
+        check_rules([*rewrites.families([]), shadowing])
+
+
+def test_check_rules_passes_valid_families():
+    check_rules(rewrites.families(None))  # every built-in family: nothing raised
 
 
 def test_an_engine_is_reused_as_it_was_after_the_program():

@@ -77,6 +77,20 @@ def test_a_rule_file_may_be_a_path(tmp_path):
     assert Options.from_kwargs(families=rules).families == (str(rules),)
 
 
+def test_a_rule_module_egglog_rejects_is_an_option_error(tmp_path):
+    """It fell back inside every compile, each graph with egglog's message about a line of a
+    generated program; rule names clashing across families likewise (ValueError, or through
+    the backward pass, a crash of torch.compile)."""
+    bad = tmp_path / "typo_rules.py"
+    bad.write_text("from optimus_egg.rewrites import Rule\nRULES = [Rule('typo', '(Unary f (Unary g x)', 'x')]\n")
+    with pytest.raises(ValueError, match="rule 'typo' of family '.*typo_rules.py' is not valid egglog"):
+        optimize(Fn(lambda x: x + 1), (torch.randn(2),), families=["split_cat", str(bad)])
+    clash = tmp_path / "clash_rules.py"
+    clash.write_text("from optimus_egg.rewrites import Rule\nRULES = [Rule('slice-full', '(Unary f x)', '(Unary f x)')]\n")
+    with pytest.raises(ValueError, match="rule names must be unique.*slice-full"):
+        Options.from_kwargs(families=["split_cat", str(clash)])
+
+
 def test_families_select_rules():
     model = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1))
     x = torch.randn(2, 8)

@@ -93,3 +93,25 @@ def test_rule_name_clash_is_an_error(tmp_path):
                     "RULES = [Rule('slice-full', '(Squeeze (Unsqueeze x 0) 0)', 'x')]\n")
     with pytest.raises(ValueError, match="slice-full"):
         rewrites.families(["split_cat", str(path)])
+
+
+@pytest.mark.parametrize("source, why", [
+    ("import no_such_pkg_xyz\nRULES = []\n", "ModuleNotFoundError: No module named 'no_such_pkg_xyz'"),
+    ("from optimus_egg.rewrites import Rule\nRULES = [Rule('x', '(Unary f x)', 'x', foo=1)]\n",
+     "TypeError: "),
+])
+def test_a_module_that_fails_to_load_is_named_with_its_line(tmp_path, monkeypatch, source, why):
+    """Its error was raised bare, as if it were the optimizer's, naming no rule module."""
+    (tmp_path / "broken_rules.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in (str(tmp_path / "broken_rules.py"), "broken_rules"):
+        with pytest.raises(ValueError, match=f"rule module '{name}' failed to load") as err:
+            rewrites.family(name)
+        assert why in str(err.value) and "broken_rules.py:" in str(err.value)
+
+
+def test_a_python_syntax_error_is_named(tmp_path):
+    path = tmp_path / "syntax_rules.py"
+    path.write_text("RULES = [\n")
+    with pytest.raises(ValueError, match=r"rule module '.*syntax_rules.py' failed to load: SyntaxError"):
+        rewrites.family(str(path))
