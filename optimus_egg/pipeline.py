@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import gc
 import numbers
 import operator
@@ -469,7 +470,63 @@ def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[An
 
 def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any], **options: Any
              ) -> tuple[fx.GraphModule, Report]:
-    """Return an equivalent GraphModule that runs eagerly, and what was done to it."""
+    """Return an equivalent GraphModule that runs eagerly, and what was done to it.
+
+    Both are specialized to ``example_inputs``: capture traces sizes into constants and bakes
+    in the values of non-tensor arguments, and the rules fire on the shapes and dtypes seen. A
+    graph that is not the model itself therefore refuses other inputs (a different batch size
+    once returned ``reshape(x, 2, -1)`` of an 8-row input, silently)."""
     opts = Options.from_kwargs(**options)
     gm = capture(model, example_inputs)
-    return optimize_graph(gm, opts)
+    new_gm, report = optimize_graph(gm, opts)
+    if new_gm is not model:
+        new_gm.register_forward_pre_hook(functools.partial(_check_inputs, _specialized(example_inputs, gm.graph)))
+    return new_gm, report
+
+
+@dataclass(frozen=True)
+class _TensorArg:
+    shape: tuple[int | None, ...]  # None: a symbolic size of the graph's, any
+    dtype: torch.dtype
+    device: torch.device
+
+    def admits(self, other: Any) -> bool:
+        return (isinstance(other, _TensorArg) and len(self.shape) == len(other.shape)
+                and all(n is None or n == m for n, m in zip(self.shape, other.shape))
+                and (self.dtype, self.device) == (other.dtype, other.device))
+
+    def __str__(self) -> str:
+        return f"a {self.dtype} tensor of shape [{', '.join('any' if n is None else str(n) for n in self.shape)}] on {self.device}"
+
+
+_ANY = object()  # a symbolic scalar of the graph's: any value
+
+
+def _specialized(inputs: Sequence[Any], graph: fx.Graph | None = None) -> tuple[Any, list[Any]]:
+    """What a graph optimized for ``inputs`` assumes of its arguments: their structure, each
+    tensor's shape, dtype and device, each other value; except the sizes and scalars
+    that ``graph``'s placeholders (one per argument, where it has them) hold symbolic."""
+    leaves, spec = torch.utils._pytree.tree_flatten(list(inputs))
+    holders = [n for n in graph.nodes if n.op == "placeholder"] if graph is not None else []
+    vals = [val(n) for n in holders] if len(holders) == len(leaves) else [None] * len(leaves)
+    out: list[Any] = []
+    for x, v in zip(leaves, vals):
+        if isinstance(x, torch.Tensor):
+            sizes = v.shape if isinstance(v, torch.Tensor) and v.dim() == x.dim() else x.shape
+            shape = tuple(None if static_int(s) is None else n for n, s in zip(x.shape, sizes))
+            out.append(_TensorArg(shape, x.dtype, x.device))
+        else:
+            out.append(_ANY if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)) else x)
+    return spec, out
+
+
+def _check_inputs(expected: tuple[Any, list[Any]], module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+    (spec, want), (got_spec, got) = expected, _specialized(args)
+    if got_spec != spec:
+        raise ValueError(f"optimus_egg: this graph was optimized for arguments structured as {spec}, got "
+                         f"{got_spec}: optimize it again for these")
+    for i, (w, g) in enumerate(zip(want, got)):
+        if not (w is _ANY or (w.admits(g) if isinstance(w, _TensorArg) else type(w) is type(g) and w == g)):
+            raise ValueError(f"optimus_egg: this graph was optimized for its example inputs; argument {i} was "
+                             f"{w if isinstance(w, _TensorArg) else repr(w)}, got "
+                             f"{g if isinstance(g, _TensorArg) else repr(g)}: optimize it again for these")

@@ -91,6 +91,20 @@ def test_a_rule_module_egglog_rejects_is_an_option_error(tmp_path):
         Options.from_kwargs(families=["split_cat", str(clash)])
 
 
+def test_the_optimized_graph_refuses_inputs_it_was_not_optimized_for():
+    """Capture traces sizes into constants and bakes in non-tensor arguments: called with
+    another batch size, the graph returned ``reshape(x, 2, -1)`` of an 8-row input ([2, 32]
+    where the model gives [4, 16]); with another ``n`` it multiplied by the example's."""
+    model = Fn(lambda x, n: torch.cat([p.relu() for p in x.split(2, 1)], 1).reshape(x.shape[0] // 2, -1) * n)
+    x = torch.randn(4, 8)
+    gm, _ = optimize(model, (x, 3))
+    y = torch.randn(4, 8)
+    torch.testing.assert_close(gm(y, 3), model(y, 3))
+    for args in ((torch.randn(8, 8), 3), (x, 4), (x, 3.0), (x.double(), 3), (x,)):
+        with pytest.raises(ValueError, match="optimize it again"):
+            gm(*args)
+
+
 def test_families_select_rules():
     model = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1))
     x = torch.randn(2, 8)
