@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any, Callable, Sequence
@@ -95,18 +96,21 @@ def demo(args: argparse.Namespace) -> int:
 
 
 def rules(args: argparse.Namespace) -> int:
-    from optimus_egg.rewrites import Rule, all_family_names, family
+    from optimus_egg.egraph import check_rules
+    from optimus_egg.rewrites import Rule, all_family_names, families
 
-    for name in ["analysis", *all_family_names(), *args.families]:
-        try:
-            rules = family(name).rules
-        except (ValueError, ImportError) as exc:
-            print(f"optimus-egg rules: {exc}", file=sys.stderr)
-            return 2
-        for r in rules:
+    try:  # a module of one's own is checked as the optimizer would (egglog errors, clashing names)
+        loaded = families([*all_family_names(), *args.families])
+        if args.families:
+            check_rules(loaded)
+    except ValueError as exc:
+        print(f"optimus-egg rules: {exc}", file=sys.stderr)
+        return 2
+    for fam in loaded:
+        for r in fam.rules:
             shape = f"{r.lhs} → {r.rhs}" if isinstance(r, Rule) else f"{' '.join(r.query)} ⇒ {' '.join(r.actions)}"
             when = f"  if {' '.join(r.when)}" if isinstance(r, Rule) and r.when else ""
-            print(f"{r.name:24} {name:10} {r.stage:8} {r.covers:34} {shape}{when}")
+            print(f"{r.name:24} {fam.name:10} {r.stage:8} {r.covers:34} {shape}{when}")
     return 0
 
 
@@ -141,7 +145,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                         "cost profile (cost_profile=PATH)"))
     commands["tune"] = tune
     args = parser.parse_args(argv)
-    return commands[args.command](args)
+    try:
+        with explain.on_path(os.getcwd()):  # `mypkg.models:f`, `--families mypkg.rules` from here, as `python -m`
+            return commands[args.command](args)
+    except BrokenPipeError:  # `optimus-egg rules | head`: the reader is gone, and so is a traceback's
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit
+        return 1
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ from optimus_egg.cli_options import add_option_args, options_from_args
 from optimus_egg.counting import eager_launches
 from optimus_egg.emit import ORIGIN
 from optimus_egg.pipeline import Options, Report, capture, optimize_graph
+from optimus_egg.rewrites import user_code_error
 
 Factory = Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]]
 _COMPUTE = ("call_function", "call_method", "call_module")
@@ -45,8 +46,9 @@ _COMPUTE = ("call_function", "call_method", "call_module")
 
 
 @contextlib.contextmanager
-def _on_path(folder: str | None) -> Iterator[None]:
-    """A file's folder on ``sys.path`` while it loads and runs, as ``python file.py`` would have."""
+def on_path(folder: str | None) -> Iterator[None]:
+    """A folder on ``sys.path`` while the user's code loads and runs: a file's, as ``python file.py``
+    would have, or the working directory, as ``python -m`` would have."""
     if folder is None or folder in sys.path:
         yield
         return
@@ -75,17 +77,32 @@ def load_factory(target: str) -> tuple[torch.nn.Module, tuple[Any, ...]]:
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module  # dataclasses and pickling look modules up here
-        with _on_path(folder):
-            spec.loader.exec_module(module)
+        with on_path(folder):
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                raise user_code_error(f"{where} failed to load", exc) from exc
     else:
-        module = importlib.import_module(where)
+        try:
+            found = importlib.util.find_spec(where) is not None
+        except (ImportError, ValueError):  # a missing parent package, or not a module name at all
+            found = False
+        if not found:
+            raise ValueError(f"no module named {where!r} (a file is named path/to/file.py)")
+        try:
+            module = importlib.import_module(where)
+        except Exception as exc:
+            raise user_code_error(f"{where} failed to load", exc) from exc
     factory = getattr(module, name, None)
     if not callable(factory):
         raise ValueError(f"{where} has no function {name!r}")
-    with _on_path(folder):
-        got = factory()
-        if callable(got) and not isinstance(got, torch.nn.Module):
-            got = got()
+    with on_path(folder):
+        try:
+            got = factory()
+            if callable(got) and not isinstance(got, torch.nn.Module):
+                got = got()
+        except Exception as exc:
+            raise user_code_error(f"{target} raised", exc) from exc
     if not (isinstance(got, tuple) and len(got) == 2 and callable(got[0])):
         raise ValueError(f"{target} must return (model, example_inputs), got {type(got).__name__}")
     model, inputs = got
@@ -367,6 +384,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         options = options_from_args(args)
         model, inputs = load_factory(args.target)
+        try:  # else Dynamo's capture reports the model's own error among pages of its internals
+            with torch.no_grad():
+                model(*inputs)
+        except Exception as exc:
+            raise user_code_error(f"the model of {args.target} fails on its example inputs", exc) from exc
     except ValueError as exc:
         print(f"optimus-egg explain: error: {exc}", file=sys.stderr)
         return 2

@@ -127,7 +127,7 @@ def _user_module(name: str) -> ModuleType:
                 spec.loader.exec_module(module)
             except Exception as exc:
                 del sys.modules[spec.name]
-                raise _load_error(name, exc) from exc
+                raise user_code_error(f"rule module {name!r} failed to load", exc) from exc
             _FILES[str(path)] = module
         return _FILES[str(path)]
     try:
@@ -139,15 +139,20 @@ def _user_module(name: str) -> ModuleType:
     try:
         return import_module(name)
     except Exception as exc:
-        raise _load_error(name, exc) from exc
+        raise user_code_error(f"rule module {name!r} failed to load", exc) from exc
 
 
-def _load_error(name: str, exc: Exception) -> ValueError:
-    """An error raised by a rule module's own code (a syntax error, a failing import), named as
-    the rule module's, with the line it came from: raised bare, it read as the optimizer's."""
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
-    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames and frames[-1].filename != __file__ else ""
-    return ValueError(f"rule module {name!r} failed to load{at}: {type(exc).__name__}: {exc}")
+def user_code_error(what: str, exc: BaseException) -> ValueError:
+    """An error raised by the user's own code (a rule module's syntax error, a failing import,
+    a model factory's bug) as one line that says whose it is and the line it came from: raised
+    bare, it read as the optimizer's."""
+    import optimus_egg
+
+    ours = {Path(__file__).parent, Path(optimus_egg.__file__).parent}
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith("<") and Path(f.filename).parent not in ours]
+    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return ValueError(f"{what}{at}: {type(exc).__name__}: {exc}")
 
 
 def families(names: tuple[str, ...] | list[str] | None = None) -> list[Family]:

@@ -127,6 +127,32 @@ def test_bad_targets_are_clear_errors(capsys, target, message):
     assert message in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("source, target, message", [
+    ("def make(:\n", "{file}:make", "model_file.py failed to load: SyntaxError"),
+    ("def make():\n    raise RuntimeError('boom')\n", "{file}:make", "model_file.py:2): RuntimeError: boom"),
+    ("import torch\ndef make():\n    return torch.nn.Linear(4, 2), (torch.randn(3, 5),)\n", "{file}:make",
+     "fails on its example inputs"),
+    ("", "no_such_pkg.models:make", "no module named 'no_such_pkg.models'"),
+])
+def test_errors_in_the_users_code_are_one_clear_line(capsys, tmp_path, source, target, message):
+    """Each was a traceback (a model that fails on its inputs: pages of Dynamo's internals)."""
+    path = tmp_path / "model_file.py"
+    path.write_text(source)
+    assert cli.main(["explain", target.format(file=path)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_module_in_the_working_directory_is_found(capsys, tmp_path, monkeypatch):
+    """As ``python -m`` finds it; the console script's sys.path did not have it."""
+    (tmp_path / "my_models.py").write_text("import torch\ndef make():\n"
+                                           "    return torch.nn.Linear(4, 2), (torch.randn(3, 4),)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    assert cli.main(["explain", "my_models:make"]) == 0
+    assert "outputs equal to the original on the example inputs: yes" in capsys.readouterr().out
+
+
 def test_bad_option_is_a_clear_error(capsys):
     assert cli.main(["explain", TOWERS, "--option", "nope=1"]) == 2
     assert "valid" in capsys.readouterr().err
