@@ -11,6 +11,7 @@ pointwise launch (geometric mean over the shapes), and returns a
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import statistics
@@ -203,21 +204,36 @@ def add_arguments(parser: Any) -> None:
                         + ",".join(f"{r}x{c}" for r, c in STANDARD_SHAPES) + ")")
     parser.add_argument("--model", help="time at the most common shapes of this benchmark model "
                         "(chain, rec_demo or a zoo model)")
-    parser.add_argument("--repeats", type=int, default=5, help="timed runs per op (median)")
-    parser.add_argument("--inner", type=int, default=20, help="back-to-back launches per timed run")
+    parser.add_argument("--repeats", type=_positive, default=5, help="timed runs per op (median)")
+    parser.add_argument("--inner", type=_positive, default=20, help="back-to-back launches per timed run")
+
+
+def _positive(text: str) -> int:
+    """argparse type: 0 repeats failed after the timing with ``min() arg is an empty sequence``."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a positive integer, got {text!r}")
+    return int(text)
 
 
 def run(args: Any) -> str:
     """The ``optimus-egg tune`` command: measure, fit, write the profile; returns what to print."""
     if args.shapes and args.model:
         raise SystemExit("optimus-egg tune: give --shapes or --model, not both")
-    shapes = parse_shapes(args.shapes) if args.shapes else None
+    if not Path(args.out).resolve().parent.is_dir():  # found out only after the timing, as a traceback
+        raise SystemExit(f"optimus-egg tune: no such directory for --out {args.out!r}")
+    try:
+        shapes = parse_shapes(args.shapes) if args.shapes else None
+    except ValueError as exc:
+        raise SystemExit(f"optimus-egg tune: {exc}") from None
     if args.model:
         factories = _benchmark_models()
         if args.model not in factories:
             raise SystemExit(f"optimus-egg tune: unknown model {args.model!r}; valid: {', '.join(factories)}")
         shapes = model_shapes(*factories[args.model]())
-    profile = tune(shapes, args.device, args.repeats, args.inner)
+    try:
+        profile = tune(shapes, args.device, args.repeats, args.inner)
+    except ValueError as exc:  # --device cuda without CUDA
+        raise SystemExit(f"optimus-egg tune: {exc}") from None
     lines = [f"device {profile.device}, shapes {' '.join(f'{r}x{c}' for r, c in profile.shapes)}",
              f"{'category':10} {'weight':>8}  µs per launch, per shape"]
     for cat in CATEGORIES:

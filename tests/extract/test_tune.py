@@ -1,6 +1,7 @@
 """``optimus-egg tune``: measure, fit, save a profile that ``optimize`` loads; bad profiles fail clearly."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -72,3 +73,23 @@ def test_bad_arguments_are_clear_errors():
         tune.tune([(2, 2)], device="tpu")
     with pytest.raises(SystemExit, match="unknown model"):
         main(["tune", "--model", "nope", "--out", "/dev/null"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--shapes", "64by64"], "ROWSxCOLS"),
+    (["--shapes", "8x8", "--out", "/no/such/dir/profile.json"], "no such directory"),
+    (["--shapes", "8x8", "--device", "cuda"] if not torch.cuda.is_available() else ["--model", "nope"], "cuda|unknown"),
+])
+def test_bad_command_lines_are_one_line_errors_before_any_timing(capsys, tmp_path, monkeypatch, args, message):
+    """Each was a traceback; a missing --out directory only after every op was timed."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", *args])
+    assert re.search(message, str(exit_.value)) and str(exit_.value).startswith("optimus-egg tune: ")
+
+
+@pytest.mark.parametrize("flag", ["--repeats", "--inner"])
+def test_repeats_and_inner_are_positive(capsys, flag):
+    with pytest.raises(SystemExit):
+        main(["tune", flag, "0", "--shapes", "8x8"])
+    assert "positive integer" in capsys.readouterr().err
