@@ -16,6 +16,7 @@ import json
 import math
 import statistics
 import time
+import warnings
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -68,6 +69,17 @@ def load_profile(path: str | Path) -> Profile:
     return Profile(device=str(data.get("device", "?")), weights={k: float(v) for k, v in weights.items()},
                    seconds=data.get("seconds", {}), shapes=data.get("shapes", []),
                    torch=str(data.get("torch", "?")))
+
+
+def weights_for(path: str | Path, device: str) -> dict[str, float]:
+    """A profile's weights for a graph on ``device`` (``cpu``/``cuda``), with a warning when the
+    profile was tuned on another: the weights price that device's kernels, silently misapplied."""
+    profile = load_profile(path)
+    if profile.device != device:
+        warnings.warn(f"optimus_egg: cost profile {str(path)!r} was tuned on {profile.device}, this graph runs "
+                      f"on {device}: its weights are used as they are (`optimus-egg tune` on this device fits "
+                      "its own)", UserWarning, stacklevel=2)
+    return profile.weights
 
 
 def representatives(rows: int, cols: int, device: str) -> dict[str, Callable[[], Any]]:

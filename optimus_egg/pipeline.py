@@ -29,7 +29,7 @@ from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
 from optimus_egg.extract.dag import Dag, class_facts
-from optimus_egg.extract.tune import load_profile
+from optimus_egg.extract.tune import load_profile, weights_for
 from optimus_egg.frontend import Translation, translate
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
@@ -233,7 +233,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     phase("translate")
     roots = [t for t in tr.outputs if isinstance(t, Term)]
     extra = [tr.effects] if tr.effects is not None else []
-    weights = load_profile(options.cost_profile).weights if options.cost_profile else None
+    weights = weights_for(options.cost_profile, select.device_of(tr)) if options.cost_profile else None
     fams = rewrites.families(options.families)
     key = cache.key(tr, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
                     roots + extra)

@@ -93,3 +93,21 @@ def test_repeats_and_inner_are_positive(capsys, flag):
     with pytest.raises(SystemExit):
         main(["tune", flag, "0", "--shapes", "8x8"])
     assert "positive integer" in capsys.readouterr().err
+
+
+def test_a_profile_tuned_on_another_device_warns(tmp_path):
+    """A CUDA profile priced a CPU graph's kernels (and the reverse) without a word."""
+    import warnings
+
+    model, inputs = _model()
+    for device in ("cpu", "cuda"):
+        path = tmp_path / f"{device}.json"
+        tune.Profile(device, {"pointwise": 1.0, "matmul": 3.0}).save(path)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            _, report = optimize(model, inputs, cost_profile=str(path))
+        assert report.kernels_before == 4.0  # the weights are used either way
+        said = [str(w.message) for w in caught if "tuned on" in str(w.message)]
+        assert said == ([] if device == "cpu" else [f"optimus_egg: cost profile {str(path)!r} was tuned on cuda, "
+                                                    "this graph runs on cpu: its weights are used as they are "
+                                                    "(`optimus-egg tune` on this device fits its own)"])
