@@ -694,11 +694,10 @@ def computes_exactly(name: str, out: Any) -> bool:
     """Whether an elementwise call must run on exactly the elements the program runs it on: a
     rule that moves it out of a slice (``(a / b)[:2]`` for ``a[:2] / b[:2]``) also runs it on the
     rest, where its gradient, zero times the derivative there, was ``0 / 0`` (NaN) where ``b`` is
-    0, while the program's was 0; on integers, it raised where the program did not. So
-    :data:`_SINGULAR` ops, where their value requires grad or is an integer."""
-    if name not in _SINGULAR or not isinstance(out, torch.Tensor):
-        return False
-    return out.requires_grad or not (out.dtype.is_floating_point or out.dtype.is_complex)
+    0, while the program's was 0; on integers, it raised where the program did not. So every
+    :data:`_SINGULAR` op, whether or not its value requires grad here: a graph ``optimize``
+    returns for inputs that need none may be differentiated later."""
+    return name in _SINGULAR and isinstance(out, torch.Tensor)
 
 
 def _elementwise_einsum(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]] | None:
