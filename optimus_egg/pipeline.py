@@ -430,6 +430,11 @@ def _restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     copies: list[fx.Node] = []
     for i, (a, b) in enumerate(zip(leaves_old, leaves_new)):
         va, vb = val(a), val(b)
+        if isinstance(va, (tuple, list)):  # a split's pieces, returned as they are: no copy fits
+            pairs = list(zip(va, vb)) if isinstance(vb, (tuple, list)) and len(vb) == len(va) else None
+            if pairs is None or any(isinstance(x, torch.Tensor) and _layout(x) != _layout(y) for x, y in pairs):
+                return None
+            continue
         if not isinstance(va, torch.Tensor) or _layout(va) == _layout(vb):
             continue
         if _layout(va) != _layout(va.new_empty(va.shape)) or keys[i] in inputs or keys.count(keys[i]) > 1:

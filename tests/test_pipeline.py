@@ -297,3 +297,19 @@ def test_an_output_is_laid_out_as_eager_lays_it_out():
         got, want = gm(x), fn(x)
         torch.testing.assert_close(got, want)
         assert got.stride() == want.stride()
+
+
+def test_pieces_of_a_split_returned_as_they_are_keep_eagers_layout():
+    """Found by the fuzzer (seed 63): the pieces of a split returned as one output (a tuple) were
+    not compared, and the linear they split, fused with its neighbour, became a slice of the wider
+    result: strides (4, 2, 1) where eager's are (2, 1, 1). The graph is kept."""
+    from tests.fuzz.check import check_program
+    from tests.fuzz.programs import Program
+
+    src = ("def forward(self, x0, x1):\n    v0 = torch.relu(x1)\n    v1 = F.linear(v0, self.w0, self.w1)\n"
+           "    v2 = F.linear(v0, self.w2, self.w3)\n    v3 = torch.cat([v1, v2], -1)\n"
+           "    v4 = torch.split(v3, 1, 0)\n    v7 = torch.cat([torch.relu(v4[-1])], 0)\n"
+           "    return (v7, torch.split(v2, 1, 0))\n")
+    params = {"w0": torch.randn(1, 1), "w1": torch.randn(1), "w2": torch.randn(1, 1), "w3": torch.randn(1)}
+    gm = check_program(Program(src, (torch.randn(1), torch.randn(1, 2, 1)), params))  # compares strides
+    assert not any(n.target is torch.narrow for n in gm.graph.nodes)
