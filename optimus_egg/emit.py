@@ -566,6 +566,16 @@ def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
     return isinstance(v, torch.Tensor) and user.args[1] % v.dim() == d and piece in user.args[0]
 
 
+def _bmm_stacks(graph: fx.Graph) -> list[fx.Node]:
+    """The ATen cats along dim 0 that only batched matmuls read: the stacked operands of a
+    backward's ``bmm`` of weight gradients, whose layout :func:`stack_untransposed` and
+    :func:`scatter_input_stacks` choose."""
+    aten = torch.ops.aten
+    return [cat for cat in graph.find_nodes(op="call_function", target=aten.cat.default)
+            if not cat.kwargs and (len(cat.args) == 1 or cat.args[1] == 0) and cat.users
+            and all(u.target in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)]
+
+
 def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """A stack that only batched matmuls read, of 2-D transposes ``g.T`` (a backward's
     ``bmm`` of weight gradients stacks ``grad.T`` of each layer), is written as the
@@ -581,11 +591,10 @@ def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     stacks replaced (erased), each by its new transpose."""
     aten = torch.ops.aten
     replaced: dict[fx.Node, fx.Node] = {}
-    for cat in list(graph.find_nodes(op="call_function", target=aten.cat.default)):
+    for cat in _bmm_stacks(graph):
         pieces = [_transposed_2d(x.args[0]) if x.target == aten.unsqueeze.default and x.args[1] == 0 else None
                   for x in cat.args[0]]
-        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in pieces or not cat.users
-                or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)):
+        if None in pieces:
             continue
         with graph.inserting_before(cat):
             new = graph.call_function(aten.permute.default, (optable.aten_stack(graph, pieces, 0), [0, 2, 1]))
@@ -640,13 +649,12 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     compare per input. Returns the stacks replaced (erased), each by its last scatter."""
     aten = torch.ops.aten
     replaced: dict[fx.Node, fx.Node] = {}
-    for cat in list(graph.find_nodes(op="call_function", target=aten.cat.default)):
+    for cat in _bmm_stacks(graph):
         pieces = cat.args[0]
         xs = [val(p.args[0]) if _unsqueezed_input(p) else None for p in pieces]
         v = xs[0]
         sizes = [len(xs), *(static_int(s) for s in v.shape)] if isinstance(v, torch.Tensor) else [None]
-        if (cat.kwargs or len(cat.args) > 1 and cat.args[1] != 0 or None in sizes or len(xs) > _MAX_SCATTERED
-                or not cat.users or any(u.target not in (aten.bmm.default, aten.baddbmm.default) for u in cat.users)
+        if (None in sizes or len(xs) > _MAX_SCATTERED
                 or any(not isinstance(x, torch.Tensor) or (x.shape, x.dtype, x.device) != (v.shape, v.dtype, v.device)
                        for x in xs)):
             continue
