@@ -119,5 +119,4 @@ def _joins(n: fx.Node, operands: set[fx.Node], joined: set[fx.Node], kernel: set
 
 def _new_matmul(n: fx.Node) -> bool:
     """An emitted matmul that computes no original node's value (Inductor: an extern call)."""
-    op = optable.lookup(n)
-    return ORIGIN not in n.meta and op is not None and op.name in MATMUL
+    return ORIGIN not in n.meta and _matmul(n)
