@@ -485,8 +485,21 @@ def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[A
     gm = capture(model, example_inputs)
     new_gm, report = optimize_graph(gm, opts)
     if new_gm is not model:
-        new_gm.register_forward_pre_hook(functools.partial(_check_inputs, _specialized(example_inputs, gm.graph)))
+        _refuse_others(new_gm, _specialized(example_inputs, gm.graph))
     return new_gm, report
+
+
+def _refuse_others(gm: fx.GraphModule, expected: tuple[Any, list[Any]]) -> None:
+    """``gm`` refuses arguments other than ``expected``, and so do its deep copies: a
+    GraphModule's deepcopy drops forward hooks (one ``copy.deepcopy(gm)`` silently took any
+    shape again), but runs its deepcopy hooks, which are copied along."""
+    gm.register_forward_pre_hook(functools.partial(_check_inputs, expected))
+    if hasattr(gm, "_register_deepcopy_hook"):  # torch >= 2.5
+        gm._register_deepcopy_hook(functools.partial(_refuse_again, expected))
+
+
+def _refuse_again(expected: tuple[Any, list[Any]], copy: fx.GraphModule) -> None:
+    copy.register_forward_pre_hook(functools.partial(_check_inputs, expected))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """The Python API: report contents, fallback with one warning, strict mode."""
 
+import copy
 import warnings
 
 import pytest
@@ -100,9 +101,12 @@ def test_the_optimized_graph_refuses_inputs_it_was_not_optimized_for():
     gm, _ = optimize(model, (x, 3))
     y = torch.randn(4, 8)
     torch.testing.assert_close(gm(y, 3), model(y, 3))
+    twice = copy.deepcopy(copy.deepcopy(gm))  # a GraphModule's deepcopy drops forward hooks
+    torch.testing.assert_close(twice(y, 3), model(y, 3))
     for args in ((torch.randn(8, 8), 3), (x, 4), (x, 3.0), (x.double(), 3), (x,)):
-        with pytest.raises(ValueError, match="optimize it again"):
-            gm(*args)
+        for f in (gm, twice):
+            with pytest.raises(ValueError, match="optimize it again"):
+                f(*args)
 
 
 def test_a_graph_optimized_without_gradients_can_be_differentiated():
