@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils import _pytree as pytree
 
-from optimus_egg import fake_values, optable
+from optimus_egg import draws, fake_values, optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.frontend import Translation, mutated_storages
@@ -105,6 +105,8 @@ class Emitter:
                 got = ("Cat", items, (dim,))
         elif op == "Op":
             got = ("Call", self.list_items(kids[1])[0], kids[:1])
+        elif draws.is_draw(node, self.tr.registry):  # its token stands for the numbers it draws
+            got = ("Call", [kids[1]], kids[:1])
         else:  # Unary / Binary
             got = ("Call", list(kids[1:]), kids[:1])
         self._forms[cls] = got

@@ -5,7 +5,8 @@ so it is made explicit here: every node that writes to, reads from, or produces 
 storage is written anywhere in the graph (and every random op, and every call of a submodule or
 subgraph: a checkpointed region may draw random numbers) is an opaque, unshareable ``Op``
 threaded on an effect chain in program order. Rules never look inside those, and the chain keeps
-their order on the way back.
+their order on the way back. (Under the option ``batch_random`` plain dropouts are terms the rules
+may batch instead: :mod:`optimus_egg.draws`.)
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from optimus_egg import optable
+from optimus_egg import draws, optable
 from optimus_egg.ir import ARGS, Term, as_list
 from optimus_egg.optable import Kind, Pieces, Registry, static_shape, storage_key, val
 
@@ -60,7 +61,8 @@ def _touches(node: fx.Node, storages: set[Any]) -> bool:
     return any(storage_key(v) in storages for v in leaves if isinstance(v, torch.Tensor))
 
 
-def translate(gm: fx.GraphModule) -> Translation:
+def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
+    """``batch_random``: dropouts that draw become terms the rules may batch (:mod:`optimus_egg.draws`)."""
     graph = gm.graph
     pinned_storages = mutated_storages(graph)
     registry = Registry()
@@ -68,6 +70,7 @@ def translate(gm: fx.GraphModule) -> Translation:
     inputs: list[fx.Node] = []
     effects: Term | None = None
     tr = Translation(registry, inputs, [], None, None)
+    tokens = draws.Tokens(graph, registry, tr.facts) if batch_random and not draws.reseeds(graph) else None
 
     def term(x: Any) -> Term | None:
         got = env.get(x) if isinstance(x, fx.Node) else None
@@ -103,10 +106,14 @@ def translate(gm: fx.GraphModule) -> Translation:
             tr.nodes += 1
             op = optable.lookup(node)
             random = op is not None and op.kind is Kind.RANDOM and optable.identity_dropout(node) is None
-            effectful = (_touches(node, pinned_storages) or random or (op is None and not node.users)
+            touches = _touches(node, pinned_storages)
+            drawn = draws.drawn_input(node) if tokens is not None and random and not touches else None
+            effectful = (touches or (random and drawn is None) or (op is None and not node.users)
                          or node.op == "call_module" or isinstance(node.target, torch._ops.HigherOrderOperator))
             parsed = None
-            if not effectful and op is not None and op.name in optable.STRUCTURAL:
+            if drawn is not None:
+                parsed = tokens.term(node, _materialize(drawn, env))
+            elif not effectful and op is not None and op.name in optable.STRUCTURAL:
                 if op.name == "getitem" and isinstance(env.get(node.args[0]), Pieces):
                     parsed = _piece(node, env[node.args[0]])
                 else:

@@ -487,6 +487,7 @@ class Call:
     constructor: str  # "Op" | "Unary" | "Binary"
     device: str = ""  # the result's device: calls on different devices never share a key
     exact: bool = False  # elementwise, but only on the elements written (:func:`computes_exactly`)
+    draws: bool = False  # a dropout that draws, batched under ``batch_random`` (optimus_egg.draws)
 
     def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
         leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
@@ -601,13 +602,13 @@ class Registry:
 
     def key(self, call: Call, shareable: bool) -> str:
         identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
-                    tuple(repr(x) for x in call.leaves), call.device, call.exact)
+                    tuple(repr(x) for x in call.leaves), call.device, call.exact, call.draws)
         if _plain_unary(call):  # torch.relu(x), F.relu(x), x.relu(): one op, one key
             identity = ("Unary", call.name, call.device, call.exact)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
         n = len(self.calls) - len(BUILT)
-        key = f"{call.name}{EXACT if call.exact else ''}#{n}"
+        key = f"{call.name}{EXACT if call.exact else ''}{DRAWS if call.draws else ''}#{n}"
         if call.name in DERIVED and call.constructor == "Op":
             suffix, variant = DERIVED[call.name]
             derived = variant(call)
@@ -688,6 +689,8 @@ _SINGULAR = frozenset({"div", "pow", "floordiv", "fmod", "remainder", "atan2", "
                        "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "tan", "logit"})
 #: Marks the key of a call that :func:`computes_exactly` (rules test it with ``count-matches``).
 EXACT = "!"
+#: Marks the key of a dropout that draws, batched under ``batch_random`` (:mod:`optimus_egg.draws`).
+DRAWS = "~"
 
 
 def computes_exactly(name: str, out: Any) -> bool:

@@ -17,13 +17,13 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, fake_values, optable, rewrites
+from optimus_egg import cache, draws, fake_values, optable, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen, check_rules
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -52,11 +52,13 @@ class Options:
     extractor: str = "greedy"  # greedy | ilp | compare (optimus_egg.extract.select)
     ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
+    batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
         budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
-        valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", *budget_keys}
+        valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", "batch_random",
+                 *budget_keys}
         unknown = set(kw) - valid
         if unknown:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
@@ -71,9 +73,10 @@ class Options:
             if not set(fams) <= {"analysis", *rewrites.all_family_names()}:
                 check_rules(loaded)  # a module of one's own: egglog errors name its rule, here
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
-        strict = kw.get("strict", False)
-        if not isinstance(strict, bool):  # bool("false") is True
-            raise ValueError(f"option strict must be True or False, got {strict!r}")
+        strict, batch_random = kw.get("strict", False), kw.get("batch_random", False)
+        for name, flag in (("strict", strict), ("batch_random", batch_random)):
+            if not isinstance(flag, bool):  # bool("false") is True
+                raise ValueError(f"option {name} must be True or False, got {flag!r}")
         cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
         extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
         profile = kw.get("cost_profile")
@@ -81,7 +84,7 @@ class Options:
             profile = str(profile)
             load_profile(profile)  # raises on a missing or malformed profile
         return cls(fams, budget, strict, cost_model, extractor,
-                   float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile)
+                   float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile, batch_random)
 
 
 def _amount(name: str, value: Any, integer: bool) -> Any:
@@ -228,7 +231,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         # the other mode (cat(no_grad(exp(a)), exp(b)) -> exp(cat(a, b)) gave a its gradient).
         report.kept, report.kept_reason = True, f"the graph switches modes ({switch.target.__name__})"
         return gm
-    tr = translate(gm)
+    tr = translate(gm, batch_random=True) if options.batch_random else translate(gm)
     report.fx_nodes, report.opaque_nodes = tr.nodes, tr.opaque
     phase("translate")
     roots = [t for t in tr.outputs if isinstance(t, Term)]
@@ -261,6 +264,10 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     classes = {t: frozen.refs[r] for t, r in names.items() if r in frozen.refs}
     emitter = Emitter(gm, tr, frozen, ex, disjoint_outputs)
     new_gm = emitter.run(out_classes, effect_class, classes)
+    if options.batch_random and not draws.consistent(emitter.done, emitter.node_of, tr.registry, new_gm.graph):
+        # two dropouts written would draw for one element (draws.consistent): without batching
+        log_debug("batched dropouts overlap; optimizing again without batch_random")
+        return _optimize(gm, replace(options, batch_random=False), report, disjoint_outputs)
     emitter.mark_origins(classes)
     if disjoint_outputs:
         order_as_written(new_gm.graph, gm.graph)

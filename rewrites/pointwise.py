@@ -5,7 +5,7 @@ tensor), the slices merge. Pulling an op out of a cat needs every piece to keep 
 that the cat of the operands concatenates the same values (no promotion).
 """
 
-from optimus_egg.optable import EXACT
+from optimus_egg.optable import DRAWS, EXACT
 from optimus_egg.rewrites import Derive, Rule
 
 DECLARATIONS = "(relation unary-list (TList String TList)) (relation binary-list (TList String TList TList))"
@@ -13,6 +13,8 @@ DECLARATIONS = "(relation unary-list (TList String TList)) (relation binary-list
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
 #: on the elements written only (``optimus_egg.optable.computes_exactly``).
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
+#: The key of a dropout that draws (``optimus_egg.optable.DRAWS``).
+DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
@@ -40,4 +42,11 @@ RULES = [
     # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the cat.
     Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="expand",
          covers="batch_relu/tanh/sigmoid/..."),
+    # A dropout that draws (option batch_random, optimus_egg.draws) is a Binary of its input and
+    # its random numbers: stacked dropouts are one dropout of the stack, a dropout of each
+    # unbound piece a select of one dropout of the tensor (cat and slices: the rules above).
+    Rule("draw-into-unsqueeze", "(Unsqueeze (Binary f x t) d)", "(Binary f (Unsqueeze x d) (Unsqueeze t d))",
+         (DRAWN,), stage="expand", covers="batch_dropout"),
+    Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
+         (DRAWN,), stage="expand", covers="batch_dropout"),
 ]
