@@ -1,0 +1,43 @@
+"""The fuzzer's own judgement of gradients (``check._check_grads``): rounding passes, a changed
+value does not."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.fuzz.check import _check_grads, check_program, dynamo_graph
+from tests.fuzz.programs import Program
+from tests.helpers import Fn
+
+
+def _grads(eager, optimized, x: torch.Tensor) -> None:
+    args_e, args_g = [x.clone().requires_grad_()], [x.clone().requires_grad_()]
+    torch.manual_seed(0)
+    _check_grads([eager(*args_e)], args_e, [optimized(*args_g)], args_g, (Fn(eager), Fn(optimized)))
+
+
+def test_a_cancelling_gradient_summed_in_another_order_passes():
+    """Found by the fuzzer (seed 63): ``v0 / v0`` of ``v0 = cat([x1, x1])``, optimized to one
+    division of the cat, has a gradient that cancels terms of ~100 where x1 is ~0.01. In
+    float32 it was 2.3e-5 from eager's (tolerance around 0: 1e-5), in float64 2e-16."""
+    src = ("def forward(self, x0, x1, x2):\n    v0 = torch.cat([x1, x1], 0)\n    v1 = torch.split(v0, [0, 0, 0, 2], 0)\n"
+           "    v7 = v0.narrow(0, 0, 2) / v0.narrow(0, 0, 2)\n    v8 = torch.cat([v7], 0)\n    return (v8, v1,)\n")
+    x1 = torch.randn(1, 1, 5, 6, generator=torch.Generator().manual_seed(0)) * 0.01
+    program = Program(src, (torch.randn(1), x1, torch.randn(1)))
+    check_program(program, dynamo_graph(program, grad=True), grad=True)
+
+
+def test_a_gradient_off_by_more_than_rounding_fails():
+    x = torch.rand(4, 5) + 0.5
+    with pytest.raises(AssertionError, match="in float64"):
+        _grads(lambda x: x * x, lambda x: x * x * (1 + 1e-4), x)  # off beyond float32's tolerance
+    with pytest.raises(AssertionError, match="in float64"):  # NaN where eager's is finite
+        _grads(lambda x: x * 2, lambda x: torch.where(x > 1.2, x * 2, x * float("nan")), x)
+    _grads(lambda x: x * x, lambda x: x * x, x)
+
+
+def test_a_gradient_the_program_cannot_give_in_float64_keeps_float32s_verdict():
+    x = torch.rand(4, 5) + 0.5
+    with pytest.raises(AssertionError, match="grad of input 0: Tensor-likes"):
+        _grads(lambda x: x * x, lambda x: (x.double() * x * (1 + 1e-4)).float(), x)
