@@ -39,6 +39,27 @@ _DYNAMO_ATTRS = ("_param_name_to_source",)
 ORIGIN = "optimus_egg_origin"
 
 
+def copy_input(graph: fx.Graph, old: fx.Node) -> fx.Node:
+    """A placeholder or ``get_attr`` of another graph, with what Dynamo keeps on it."""
+    new = graph.node_copy(old, lambda n: n)
+    new.meta = dict(old.meta)
+    if hasattr(old, "_dynamo_source"):  # see _DYNAMO_ATTRS
+        new._dynamo_source = old._dynamo_source
+    return new
+
+
+def graph_module(gm: fx.GraphModule, graph: fx.Graph) -> fx.GraphModule:
+    """``graph`` as the module to use in ``gm``'s place: its attributes, meta and Dynamo's.
+    Python code is generated when first read or called, as in Dynamo's own graphs: the backward
+    pass only copies the graph (6 ms on the 100-block chain's backward)."""
+    new_gm = _LazyGraphModule(gm, graph)
+    new_gm.meta = dict(gm.meta)
+    for attr in _DYNAMO_ATTRS:
+        if hasattr(gm, attr):
+            setattr(new_gm, attr, getattr(gm, attr))
+    return new_gm
+
+
 class Emitter:
     def __init__(self, gm: fx.GraphModule, tr: Translation, eg: Frozen, ex: Extraction,
                  disjoint_outputs: bool = False) -> None:
@@ -140,13 +161,7 @@ class Emitter:
     def run(self, root_classes: list[int], effect_class: int | None, classes: dict[optable.Term, int]
             ) -> fx.GraphModule:
         """The extracted graph; ``classes`` gives each term's e-class (``keep_aliasing`` needs it)."""
-        self.inputs = []
-        for old in self.tr.inputs:
-            new = self.graph.node_copy(old, lambda n: n)
-            new.meta = dict(old.meta)
-            if hasattr(old, "_dynamo_source"):  # see _DYNAMO_ATTRS
-                new._dynamo_source = old._dynamo_source
-            self.inputs.append(new)
+        self.inputs = [copy_input(self.graph, old) for old in self.tr.inputs]
         if effect_class is not None:
             self.emit_class(effect_class)
         roots = [self.emit_class(c) for c in root_classes]
@@ -163,14 +178,7 @@ class Emitter:
         if optable.is_aten(self.gm.graph):
             leaves = self.to_aten(leaves)
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
-        # Python code generated when first read or called, as in Dynamo's own graphs: the
-        # backward pass only copies the graph (6 ms on the 100-block chain's backward)
-        new_gm = _LazyGraphModule(self.gm, self.graph)
-        new_gm.meta = dict(self.gm.meta)
-        for attr in _DYNAMO_ATTRS:
-            if hasattr(self.gm, attr):
-                setattr(new_gm, attr, getattr(self.gm, attr))
-        return new_gm
+        return graph_module(self.gm, self.graph)
 
     def cut_cat_slices(self, keep: set[fx.Node]) -> None:
         """Slices of a tensor that requires grad, which together cover it along one dim but

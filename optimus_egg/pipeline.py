@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, draws, fake_values, optable, rewrites
+from optimus_egg import cache, draws, fake_values, modes, optable, rewrites
 from optimus_egg.egraph import Budget, EGraph, Frozen, check_rules
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -156,6 +156,29 @@ class Report:
     fallback: str | None = None  # why the graph was left unchanged
     kept: bool = False  # the input graph is returned as it was (kept_reason says why)
     kept_reason: str = ""
+    zone_nodes: int = 0  # calls kept as written between mode switches, in no figure above
+    segments: int = 0  # graphs optimized around such calls; their figures are added up here
+
+    def add(self, part: "Report") -> None:
+        """Add the figures of a segment optimized on its own (see ``zone_nodes``)."""
+        first = not self.segments
+        self.segments += 1
+        for name in ("kernels_before", "kernels_after", "enodes", "eclasses", "fx_nodes", "opaque_nodes"):
+            setattr(self, name, getattr(self, name) + getattr(part, name))
+        self.costs = {m: tuple(a + b for a, b in zip(self.costs.get(m, (0.0, 0.0)), part.costs.get(m, (0.0, 0.0))))
+                      for m in {*self.costs, *part.costs}}
+        self.cat_inputs = tuple(a + b for a, b in zip(self.cat_inputs, part.cat_inputs))
+        self.iterations = max(self.iterations, part.iterations)
+        self.stop_reason = part.stop_reason if first or part.stop_reason == self.stop_reason else \
+            f"{self.stop_reason}; {part.stop_reason}"
+        for k, v in part.rules_fired.items():
+            self.rules_fired[k] = self.rules_fired.get(k, 0) + v
+        for k, v in part.seconds.items():
+            self.seconds[k] = self.seconds.get(k, 0.0) + v
+        self.cost_model, self.extractor = part.cost_model or self.cost_model, part.extractor or self.extractor
+        self.cache_hit = part.cache_hit if first else self.cache_hit and part.cache_hit
+        self.kept = part.kept if first else self.kept and part.kept
+        self.kept_reason = "; ".join(r for r in (self.kept_reason, part.kept_reason) if r) if self.kept else ""
 
     @property
     def total_seconds(self) -> float:
@@ -169,6 +192,9 @@ class Report:
             return f"optimus_egg: left the graph unchanged ({self.fallback})"
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
         kept = f" ({self.kept_reason or 'nothing cheaper'}: graph kept as it was)" if self.kept else ""
+        if self.zone_nodes:
+            kept += (f" (around {self.zone_nodes} calls kept as written between mode switches, not counted;"
+                     f" {self.segments} graphs optimized)")
         return (f"optimus_egg: kernels {self.kernels_before:g} → {self.kernels_after:g}{kept}; "
                 f"e-graph {self.enodes} nodes / {self.eclasses} classes after {self.iterations} "
                 f"iterations ({self.stop_reason}); {self.total_seconds * 1e3:.0f} ms; rules: {fired or 'none'}")
@@ -229,8 +255,19 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     if switch is not None:
         # Rules and the emitter move calls freely: across the switch, one would compute under
         # the other mode (cat(no_grad(exp(a)), exp(b)) -> exp(cat(a, b)) gave a its gradient).
-        report.kept, report.kept_reason = True, f"the graph switches modes ({switch.target.__name__})"
-        return gm
+        segments = modes.zone(gm)
+        if segments is None or disjoint_outputs:
+            report.kept, report.kept_reason = True, f"the graph switches modes ({switch.target.__name__})"
+            return gm
+        report.zone_nodes = len(segments[1])
+        if options.batch_random and draws.reseeds(gm.graph):  # as for the whole graph
+            options = replace(options, batch_random=False)
+        new_gm = modes.optimize_around(gm, segments, lambda sub: _segment(sub, options, report))
+        if report.kept or not report.segments:
+            report.kept, report.kept_reason = True, (f"the graph switches modes ({switch.target.__name__}); "
+                                                     f"{report.kept_reason or 'nothing cheaper outside them'}")
+            return gm
+        return new_gm
     tr = translate(gm, batch_random=True) if options.batch_random else translate(gm)
     report.fx_nodes, report.opaque_nodes = tr.nodes, tr.opaque
     phase("translate")
@@ -298,6 +335,15 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         report.kept, report.kernels_after = True, report.kernels_before
         report.kept_reason = "slices would cost backward kernels"
         return gm
+    return new_gm
+
+
+def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphModule:
+    """One segment of a graph that switches modes (:mod:`optimus_egg.modes`), its report added
+    to ``report``."""
+    part = Report()
+    new_gm = _optimize(gm, options, part, False)
+    report.add(part)
     return new_gm
 
 

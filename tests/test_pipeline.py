@@ -258,37 +258,6 @@ def test_other_cost_models_are_figured_when_read(monkeypatch):
     assert again.cache_hit and dict(again.costs) == dict(report.costs)
 
 
-def _exp_of_pieces_one_without_grad(x):
-    a, b = x.split(4, 1)
-    with torch.no_grad():
-        a = a.exp()
-    return torch.cat([a, b.exp()], 1)  # was exp(x): a got a gradient
-
-
-def _matmul_under_autocast(x):
-    a, b = x.split(4, 1)
-    with torch.autocast("cpu", dtype=torch.bfloat16):
-        m = (a @ b.t()).float()
-    return torch.cat([a.exp(), b.exp()], 1), m  # the matmul was written after the autocast ended
-
-
-@pytest.mark.parametrize("fn", [_exp_of_pieces_one_without_grad, _matmul_under_autocast])
-def test_a_graph_that_switches_grad_mode_or_autocast_is_kept_as_written(fn):
-    """Calls on either side of a mode switch compute different things, and neither the rules
-    nor the emitter know the sides: such graphs are kept (outputs and gradients as eager's)."""
-    x = torch.randn(5, 8)
-    xs = [x.clone().requires_grad_() for _ in range(2)]
-    gm, report = optimize(Fn(fn), (xs[0],))
-    assert report.kept and "switches modes" in report.kept_reason
-    for f, arg in zip((fn, gm), xs):
-        out = torch.utils._pytree.tree_leaves(f(arg))
-        sum(o.sum() for o in out).backward()
-    torch.testing.assert_close(xs[1].grad, xs[0].grad)
-    for got, want in zip(torch.utils._pytree.tree_leaves(gm(x)), torch.utils._pytree.tree_leaves(fn(x))):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-    assert optimize(Fn(lambda x: torch.cat([p.exp() for p in x.split(4, 1)], 1)), (x,))[1].kernels_after == 1
-
-
 def test_an_output_is_laid_out_as_eager_lays_it_out():
     """cat of the relu'd pieces of a transposed x is contiguous, relu(x) is not: the output is
     copied contiguous (a caller's out.view(-1) raised), or, where eager's layout is not
