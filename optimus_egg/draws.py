@@ -42,9 +42,10 @@ _CATS = frozenset({"cat", "concat", "concatenate", "stack"})
 
 def drawn_input(node: fx.Node) -> fx.Node | None:
     """The input of a plain elementwise dropout that draws (``F.dropout``, ``torch.dropout``,
-    ``aten.dropout``; ``training`` a literal True, ``p`` a literal in [0, 1), not in place, a
+    ``aten.dropout``; ``training`` a literal True, ``p`` a literal in (0, 1), not in place, a
     floating result of its input's shape and dtype), else None. Channel and alpha dropouts zero
-    other patterns than one independent draw per element and are left as they are."""
+    other patterns than one independent draw per element and are left as they are; at ``p = 0``
+    ATen returns the input itself, an alias."""
     op = lookup(node)
     if op is None or op.name != "dropout":
         return None
@@ -53,7 +54,7 @@ def drawn_input(node: fx.Node) -> fx.Node | None:
     if b is None or b["training"] is not True or b["inplace"] is not False or not is_tensor_node(b["input"]):
         return None
     p, x, out = b["p"], val(b["input"]), val(node)
-    if (isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 <= p < 1
+    if (isinstance(p, bool) or not isinstance(p, numbers.Real) or not 0 < p < 1
             or not isinstance(out, torch.Tensor) or not out.dtype.is_floating_point
             or out.dtype != x.dtype or out.shape != x.shape):
         return None

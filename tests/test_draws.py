@@ -242,6 +242,18 @@ def test_other_random_ops_stay_pinned_and_keep_eagers_numbers(fn):
     torch.testing.assert_close(gm(x), want, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("drop, draws_", [
+    (lambda x: F.dropout(x, 0.3), True), (lambda x: F.dropout(x, p=0.3, training=True), True),
+    (lambda x: torch.dropout(x, 0.3, True), True), (torch.nn.Dropout(0.3), True),
+    (lambda x: F.dropout(x, 0.0), False),  # ATen returns the input itself
+    (lambda x: F.dropout(x, 0.3, training=False), False), (lambda x: F.dropout(x * 1, 0.3, inplace=True), False),
+    (lambda x: F.dropout2d(x, 0.3), False), (lambda x: F.alpha_dropout(x, 0.3, True), False),
+], ids=["F.dropout", "keywords", "torch.dropout", "nn.Dropout", "p=0", "off", "in-place", "dropout2d", "alpha"])
+def test_which_dropouts_draw_and_may_be_batched(drop, draws_):
+    gm = capture(Fn(drop) if not isinstance(drop, torch.nn.Module) else drop, (_x(2, 3, 4),))
+    assert any(draws.drawn_input(n) is not None for n in gm.graph.nodes) is draws_
+
+
 def test_a_graph_that_reads_the_generators_state_is_not_batched():
     """``set_rng_state`` between two dropouts gives both one mask: their order is kept."""
     graph = torch.fx.Graph()
