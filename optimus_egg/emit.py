@@ -407,7 +407,7 @@ class Emitter:
                 if _grad(val(base)) != _grad(val(old_base)):
                     # equal values, not equal grad flags: cat([x.detach(), y[0:0]]) is x.detach()
                     # but requires grad through the empty piece; the base is computed as written
-                    base = self.as_written(old_base)
+                    base = self.as_written(old_base, classes)
                 if storage_key(val(base)) in inputs or storage_key(val(base)) in claimed:
                     base = self.graph.call_function(torch.clone, (base,))
                     fake_values.fake_run(base)
@@ -450,9 +450,12 @@ class Emitter:
             self._original[cls] = node
             stack.extend(a for a in t.args if isinstance(a, optable.Term))
 
-    def as_written(self, old: fx.Node) -> fx.Node:
+    def as_written(self, old: fx.Node, classes: dict[optable.Term, int]) -> fx.Node:
         """``old`` computed as the program wrote it: its nodes, down to the inputs, copied. Only
-        in graphs that write nothing (a copy would move a read past a write)."""
+        in graphs that write nothing (a copy would move a read past a write). A call that must
+        run once (:func:`optimus_egg.optable.runs_once`) is not copied but read where it was
+        emitted: a copied dropout drew a second mask, and the outputs computed from it no longer
+        shared the others' (and the generator moved on twice)."""
         if any(optable.is_inplace(n) for n in self.gm.graph.nodes if n.op != "output"):
             raise RuntimeError(f"cannot recompute {old.name} as written in a graph that writes")
         needed, stack = set(), [old]
@@ -467,6 +470,9 @@ class Emitter:
                 continue
             if n in self.tr.inputs:
                 copies[n] = self.inputs[self.tr.inputs.index(n)]
+                continue
+            if optable.runs_once(n):
+                copies[n] = self.value_of(n, classes)
                 continue
             copies[n] = self.graph.node_copy(n, copies.__getitem__)
             copies[n].meta = {}

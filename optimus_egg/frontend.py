@@ -21,7 +21,7 @@ from torch.utils import _pytree as pytree
 
 from optimus_egg import draws, optable
 from optimus_egg.ir import ARGS, Term, as_list
-from optimus_egg.optable import Kind, Pieces, Registry, static_shape, storage_key, val
+from optimus_egg.optable import Pieces, Registry, static_shape, storage_key, val
 
 
 @dataclass
@@ -105,11 +105,10 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
         else:
             tr.nodes += 1
             op = optable.lookup(node)
-            random = op is not None and op.kind is Kind.RANDOM and optable.identity_dropout(node) is None
+            random = optable.draws_random(node)
             touches = _touches(node, pinned_storages)
             drawn = draws.drawn_input(node) if tokens is not None and random and not touches else None
-            effectful = (touches or (random and drawn is None) or (op is None and not node.users)
-                         or node.op == "call_module" or isinstance(node.target, torch._ops.HigherOrderOperator))
+            effectful = (touches or (optable.runs_once(node) and drawn is None) or (op is None and not node.users))
             parsed = None
             if drawn is not None:
                 parsed = tokens.term(node, _materialize(drawn, env))

@@ -435,6 +435,18 @@ _DROPOUT_TRAINING = {"dropout": True, "dropout1d": True, "dropout2d": True, "dro
                      "alpha_dropout": False, "feature_alpha_dropout": False}
 
 
+def draws_random(node: fx.Node) -> bool:
+    """Does this call draw random numbers (every random op but a dropout that is off)?"""
+    op = lookup(node)
+    return op is not None and op.kind is Kind.RANDOM and identity_dropout(node) is None
+
+
+def runs_once(node: fx.Node) -> bool:
+    """A call that must run where the program runs it, once: it draws random numbers, or it is
+    a submodule or higher-order op (a checkpointed region may draw)."""
+    return draws_random(node) or node.op == "call_module" or isinstance(node.target, torch._ops.HigherOrderOperator)
+
+
 def identity_dropout(node: fx.Node) -> fx.Node | None:
     """The input of a dropout that is off (``training`` a literal False), else None. Such a call
     draws nothing and returns its input itself (ATen: ``if (!train) return input``); an

@@ -582,3 +582,25 @@ def test_slices_of_a_tensor_the_graph_writes_are_not_made_one_split():
     assert _calls(gm, torch.split) == 0
     for got, want in zip(gm(x), fn(x)):
         torch.testing.assert_close(got, want)
+
+
+def test_a_base_recomputed_as_written_reads_the_dropout_it_drew():
+    """``v = cat([d.detach(), y[0:0]])`` is ``d.detach()`` but requires grad through the empty
+    piece, so the views returned of it get their base computed as written. That copied the
+    dropout ``d`` came from: a second mask, which outputs 0 and 1 had and output 2 did not
+    (eager's share one), and the generator moved on twice."""
+    def fn(x, y):
+        d = torch.nn.functional.dropout(x, 0.5)
+        v = torch.cat([d.detach(), y[0:0]])
+        return v[1:], v[:2], d * 2, torch.cat([p.relu() for p in x.split(1, 1)], 1)
+
+    x, y = torch.rand(6, 4) + 0.5, torch.randn(3, 4, requires_grad=True)
+    gm, report = optimize(Fn(fn), (x, y))
+    assert not report.kept
+    assert sum("dropout" in str(n.target) for n in gm.graph.nodes) == 1
+    torch.manual_seed(0)
+    want = [*fn(x, y), torch.rand(3)]
+    torch.manual_seed(0)
+    got = [*gm(x, y), torch.rand(3)]
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
