@@ -406,7 +406,7 @@ class _Builder:
              "{x}.sigmoid()", "torch.sigmoid({x})", "-{x}", "torch.neg({x})", "{x}.exp()",
              "torch.clamp({x}, -0.5, 0.5)", "{x}.clamp(min=0.1)", "torch.nan_to_num({x})",
              "{x}.nan_to_num(nan=0.0, posinf=1.0)", "{x}.detach()", "F.gelu({x})", "{x}.abs()",
-             "F.dropout({x}, 0.2, training=False)", "F.alpha_dropout({x}, 0.5)",
+             "F.dropout({x}, 0.2, training=False)", "F.alpha_dropout({x}, 0.5)", "F.dropout({x}, 0.3)",
              "{x} * 2.0", "{x} + 1", "1.5 - {x}", "{x} / 3.0", "torch.mul({x}, 0.5)"]
     CASTS = ["{x}.float()", "{x}.to(torch.float64)", "{x}.half()", "{x}.double()",
              "{x}.to(torch.float32)", "{x}.type(torch.float64)", "{x}.to(dtype=torch.float16)"]
