@@ -241,6 +241,19 @@ class BatchUnary(Plumbed):
         return torch.stack(pieces, dim=1).flatten(1)
 
 
+class BatchDropout(Plumbed):
+    """``batch_dropout``: a dropout (training) on each of six pieces, stacked. It draws random
+    numbers, so its outputs are not compared with eager's (``draws``); optimus_egg batches the
+    dropouts only with ``--option batch_random=True``, which, as Optimus, changes which number
+    each element gets."""
+
+    draws = True
+
+    def plumbing(self, x: torch.Tensor) -> torch.Tensor:
+        pieces = [nn.functional.dropout(p, 0.1, self.training) for p in torch.split(x, 8, dim=1)]
+        return torch.stack(pieces, dim=1).flatten(1)
+
+
 class BatchBinary(Plumbed):
     """``batch_aten_add`` / ``sub`` / ``mul`` / ``div``: the same binary op on each pair of
     pieces of two tensors, concatenated."""
@@ -317,6 +330,7 @@ FAMILIES: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
                                         "batch_aten_sigmoid")),
     "family_batch_binary": (BatchBinary, ("batch_aten_add", "batch_aten_sub", "batch_aten_mul",
                                           "batch_aten_div")),
+    "family_batch_dropout": (BatchDropout, ("batch_dropout",)),
     "family_split_chunk_cat": (SplitChunkCat, ("split_cat_to_slices_pass",)),
     "family_split_stack_twice": (SplitStackTwice, ("split_stack_to_cats_pass",)),
     "family_cat_in_cat": (CatInCat, ("split_cat_to_slices_pass",)),

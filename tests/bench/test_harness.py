@@ -125,3 +125,15 @@ def test_revision_comes_from_the_environment_where_there_is_no_git(monkeypatch):
     assert harness.revision() == "abc1234"
     monkeypatch.delenv("OPTIMUS_EGG_REVISION")
     assert harness.revision() != "abc1234"
+
+
+def test_a_model_that_draws_is_measured_but_not_compared():
+    """No column equals eager on a model with dropouts (Inductor's generator is its own): its
+    rows say so instead of failing the run."""
+    from optimus_egg.bench.families import families
+
+    settings = Settings(reps=1, modes=("inference",), cold_compiles=False)
+    results = harness.run({"d": families()["family_batch_dropout"]}, backends(["eager"]), Device("cpu"), settings,
+                          command="test", stream=io.StringIO())
+    (row,) = results["rows"]
+    assert row["equal"] is None and row["error"] is None and row["details"]["not compared"]
