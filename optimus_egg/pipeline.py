@@ -169,8 +169,7 @@ class Report:
                       for m in {*self.costs, *part.costs}}
         self.cat_inputs = tuple(a + b for a, b in zip(self.cat_inputs, part.cat_inputs))
         self.iterations = max(self.iterations, part.iterations)
-        self.stop_reason = part.stop_reason if first or part.stop_reason == self.stop_reason else \
-            f"{self.stop_reason}; {part.stop_reason}"
+        self.stop_reason = "; ".join(dict.fromkeys(r for r in (self.stop_reason, part.stop_reason) if r))
         for k, v in part.rules_fired.items():
             self.rules_fired[k] = self.rules_fired.get(k, 0) + v
         for k, v in part.seconds.items():

@@ -116,7 +116,7 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
         raise AssertionError(f"optimize fell back on a valid program: {type(exc).__name__}: {exc}") from exc
     assert report.fallback is None, report.fallback
     # A program this small saturates in milliseconds: a budget hit is a rule set that loops or blows up.
-    assert report.stop_reason == "saturated", report.summary()
+    assert report.stop_reason in ("saturated", ""), report.summary()  # "": nothing searched
     params = [b for _, b in sorted(model.named_buffers())], [b for _, b in sorted(gm.named_buffers())]
     gen = torch.Generator().manual_seed(len(program.source))
     for trial in range(TRIALS):

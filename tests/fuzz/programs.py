@@ -656,19 +656,38 @@ MIXES: dict[str, dict[str, int]] = {
     "split_cat": {"split": 2, "take": 3, "narrow": 1, "index": 1, "cat": 2, "stack": 1,
                   "whole_tuple": 1, "unary": 1, "split_map_cat": 4, "cat_then_split": 3,
                   "sliced_binary": 2, "pieces_linear_cat": 1, "parallel_linears": 1, "unbind_stack": 2},
+    "modes": {},  # general's, with a with-block (see programs)
     "mutation": {"split": 2, "take": 3, "narrow": 1, "index": 2, "cat": 2, "view": 2, "unary": 2,
                  "binary": 2, "inplace": 5, "opaque": 1, "random": 1, "split_map_cat": 2, "cat_then_split": 1},
 }
 
 
+#: ``with`` blocks the ``modes`` mix puts around a run of a program's statements.
+MODES = ["torch.no_grad()", "torch.enable_grad()", 'torch.autocast("cpu", dtype=torch.bfloat16)',
+         'torch.autocast("cpu", enabled=False)']
+
+
 @st.composite
 def programs(draw: Callable[[Any], Any], mix: str = "general", max_steps: int = 10) -> Program:
-    b = _Builder(draw, draw(st.integers(0, 2**31 - 1)), MIXES[mix])
+    """``mix`` "modes": a general program with a run of its statements in a ``with`` block that
+    switches grad mode or autocast (optimus_egg.modes)."""
+    b = _Builder(draw, draw(st.integers(0, 2**31 - 1)), MIXES["general" if mix == "modes" else mix])
     for _ in range(draw(st.integers(1, 3))):
         b.new_input(b.random_shape())
     for _ in range(draw(st.integers(1, max_steps))):
         b.step()
     ret = b.outputs()
     params = ", ".join(["self", *b.input_names])
-    body = "\n".join(f"    {line}" for line in [*b.lines, f"return {ret}"])
-    return Program(f"def forward({params}):\n{body}\n", tuple(b.input_values), dict(b.params))
+    lines = [f"    {line}" for line in b.lines]
+    if mix == "modes" and lines:
+        start = draw(st.integers(0, len(lines) - 1))
+        end = draw(st.integers(start + 1, len(lines)))
+        lines[start:end] = [f"    with {draw(st.sampled_from(MODES))}:", *(f"    {line}" for line in lines[start:end])]
+    body = "\n".join([*lines, f"    return {ret}"])
+    program = Program(f"def forward({params}):\n{body}\n", tuple(b.input_values), dict(b.params))
+    if mix == "modes":
+        try:  # the statements were drawn without the block: under autocast some no longer run
+            program.module()(*[t.clone() for t in program.inputs])
+        except (RuntimeError, IndexError, ValueError, TypeError):
+            reject()
+    return program

@@ -21,10 +21,11 @@ from tests.fuzz.programs import Program, programs
 #: Flavour -> (program mix, capture: fx.symbolic_trace (None), Dynamo with static or dynamic
 #: shapes, the whole torch.compile backend, or AOTAutograd with the backward optimized as the
 #: backend's post-grad pass does it; gradients checked; share of the examples).
-FLAVOURS = {"general": ("general", None, False, 0.42), "split_cat": ("split_cat", None, False, 0.2),
+FLAVOURS = {"general": ("general", None, False, 0.36), "split_cat": ("split_cat", None, False, 0.2),
             "mutation": ("mutation", None, False, 0.13), "dynamo": ("general", "static", False, 0.1),
             "dynamic": ("split_cat", "dynamic", False, 0.03), "grad": ("split_cat", "static", True, 0.1),
-            "backend": ("split_cat", "compile", False, 0.02), "backward": ("split_cat", "backward", True, 0.04)}
+            "backend": ("split_cat", "compile", False, 0.02), "backward": ("split_cat", "backward", True, 0.04),
+            "modes": ("modes", "static", True, 0.06)}
 
 
 @pytest.mark.parametrize("flavour", sorted(FLAVOURS))
