@@ -18,10 +18,12 @@ from typing import Any, Sequence
 
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
+from torch._subclasses.fake_tensor import FakeTensor
 
 from optimus_egg import rewrites
 from optimus_egg.extract.tune import load_profile
-from optimus_egg.fake_values import call_key
+from optimus_egg.emit import scatter_input_stacks
+from optimus_egg.fake_values import call_key, fake_run
 from optimus_egg.pipeline import Options, Report, optimize_graph
 
 #: Reports of the most recent graphs this backend optimized, newest last: Dynamo's graphs, and
@@ -37,15 +39,17 @@ REWRITTEN_CONFIG: dict[str, Any] = {"inplace_buffers": False}
 
 
 class BackwardPass(CustomGraphPass):
-    """The rules on a post-grad backward graph (ATen), in place; forward graphs are left alone
-    (they are what the Dynamo-level rewrite already produced). Its outputs are gradients, so
-    they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``)."""
+    """The rules on a post-grad backward graph (ATen), in place. Its outputs are gradients, so
+    they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``).
+    A forward graph is what the Dynamo-level rewrite already produced: only its stacks of
+    weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`)."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
 
     def __call__(self, graph: fx.Graph) -> None:
         if not any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
+            _scatter_input_stacks(graph)
             return
         gm = graph.owning_module
         new_gm, report = optimize_graph(gm, self.options, disjoint_outputs=True)
@@ -61,6 +65,18 @@ class BackwardPass(CustomGraphPass):
         rules = [(f.declarations, [r.egglog("") for r in f.rules]) for f in fams]
         weights = load_profile(self.options.cost_profile).weights if self.options.cost_profile else None
         return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules} {weights}".encode()).hexdigest()
+
+
+def _scatter_input_stacks(graph: fx.Graph) -> None:
+    """:func:`optimus_egg.emit.scatter_input_stacks` on a post-grad graph, each new call given
+    its fake value (in the graph's fake mode)."""
+    before = set(graph.nodes)
+    if not scatter_input_stacks(graph):
+        return
+    fakes = [v for n in graph.find_nodes(op="placeholder") if isinstance(v := n.meta.get("val"), FakeTensor)]
+    for n in graph.nodes:
+        if n not in before:
+            fake_run(n, no_inputs_mode=fakes[0].fake_mode if fakes else None)
 
 
 def _sources() -> list[Path]:

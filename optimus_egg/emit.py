@@ -584,8 +584,7 @@ def _cat_reads(user: fx.Node, piece: fx.Node, d: int) -> bool:
 
 def _bmm_stacks(graph: fx.Graph) -> list[fx.Node]:
     """The ATen cats along dim 0 that only batched matmuls read: the stacked operands of a
-    backward's ``bmm`` of weight gradients, whose layout :func:`stack_untransposed` and
-    :func:`scatter_input_stacks` choose."""
+    backward's ``bmm`` of weight gradients, whose layout :func:`stack_untransposed` chooses."""
     aten = torch.ops.aten
     return [cat for cat in graph.find_nodes(op="call_function", target=aten.cat.default)
             if not cat.kwargs and (len(cat.args) == 1 or cat.args[1] == 0) and cat.users
@@ -648,44 +647,67 @@ def _transposed_2d(node: Any) -> fx.Node | None:
 #: only a few.
 _MAX_SCATTERED = 8
 
+#: ATen calls Inductor writes as extern calls (no C++ loop reads their operands), and the views
+#: between a stack and them.
+_EXTERN_MATMULS = frozenset({torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
+                             torch.ops.aten.mm.default, torch.ops.aten.addmm.default})
+_VIEWS = frozenset({torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten.permute.default,
+                    torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.unsqueeze.default,
+                    torch.ops.aten.squeeze.dim, torch.ops.aten.expand.default})
+
 
 def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
-    """A stack of graph inputs alone that only batched matmuls read (a backward's ``bmm`` of
-    weight gradients stacks each layer's saved input) is written as each input scattered into
-    its slot of a zero tensor, in turn (ATen: ``slice_scatter`` of each ``unsqueeze`` into
-    ``full``): the same values, and Inductor writes one pointwise kernel for them.
+    """A cat along dim 0 of graph inputs alone (each as it is, or ``unsqueeze(x, 0)``), of one
+    shape, that only matmuls read (through views) is written as each input scattered into its
+    slot of a zero tensor, in turn (ATen: ``slice_scatter`` into ``full``): the same values,
+    and Inductor writes one pointwise kernel for them. Such stacks are the weights a batched
+    layer reads, stacked in every step (forward), and the saved inputs a backward's ``bmm`` of
+    weight gradients stacks.
 
-    Inductor (CPU) copies each piece of a cat into the stack in a kernel of its own; a copy of
-    an input depends on nothing, and it fused with whichever kernel near it in the graph read
-    the same input (the layer's activation backward), or with none: a few layers' kernels got
-    a copy or several, the others none, and the layers' kernels stopped repeating, each a C++
-    build of its own (100-block chain, training: 6 distinct kernels where the twin has 4). One
-    kernel, which Inductor computes where the matmul reads it (in the C++ kernel before that
-    extern call), changes only that kernel; each element of it tests which slot it is in, one
-    compare per input. Returns the stacks replaced (erased), each by its last scatter."""
+    Inductor (CPU) copies each piece of a cat in a loop of its own: a batched layer's weight
+    stacks were one loop per member (zoo ple inference: 93 kernel objects, 63 scattered). In a
+    backward, a copy of an input depends on nothing, and it fused with whichever kernel near it
+    in the graph read the same input (the layer's activation backward), or with none: a few
+    layers' kernels got a copy or several, the others none, and the layers' kernels stopped
+    repeating, each a C++ build of its own (100-block chain, training: 6 distinct kernels where
+    the twin has 4). One kernel, which Inductor computes where the matmul reads it (in the C++
+    kernel before that extern call), changes only that kernel; each element of it tests which
+    slot it is in, one compare per input. Returns the stacks replaced (erased), each by its
+    last scatter."""
     aten = torch.ops.aten
     replaced: dict[fx.Node, fx.Node] = {}
-    for cat in _bmm_stacks(graph):
+    for cat in graph.find_nodes(op="call_function", target=aten.cat.default):
         pieces = cat.args[0]
-        xs = [val(p.args[0]) if _unsqueezed_input(p) else None for p in pieces]
-        v = xs[0]
-        sizes = [len(xs), *(static_int(s) for s in v.shape)] if isinstance(v, torch.Tensor) else [None]
-        if (None in sizes or len(xs) > _MAX_SCATTERED
-                or any(not isinstance(x, torch.Tensor) or (x.shape, x.dtype, x.device) != (v.shape, v.dtype, v.device)
-                       for x in xs)):
+        xs = [_input_piece(p) for p in pieces]
+        unsqueezed = {x is not p for x, p in zip(xs, pieces)}
+        v = val(xs[0]) if xs[0] is not None else None
+        if (cat.kwargs or (len(cat.args) > 1 and cat.args[1] != 0) or None in xs or len(xs) > _MAX_SCATTERED
+                or len(unsqueezed) != 1 or not isinstance(v, torch.Tensor) or v.dim() == 0
+                or any((val(x).shape, val(x).dtype, val(x).device) != (v.shape, v.dtype, v.device) for x in xs)
+                or None in (shape := [static_int(n) for n in v.shape]) or not _only_extern_matmuls(cat)):
             continue
+        stacked = unsqueezed.pop()  # each input a slot of its own, else each its rows
+        step = 1 if stacked else shape[0]
+        sizes = [len(xs), *shape] if stacked else [len(xs) * shape[0], *shape[1:]]
         with graph.inserting_before(cat):
             stack = graph.call_function(aten.full.default, (sizes, 0), {
                 "dtype": v.dtype, "layout": torch.strided, "device": v.device, "pin_memory": False})
             for i, piece in enumerate(pieces):
-                stack = graph.call_function(aten.slice_scatter.default, (stack, piece, 0, i, i + 1))
+                stack = graph.call_function(aten.slice_scatter.default, (stack, piece, 0, i * step, (i + 1) * step))
         cat.replace_all_uses_with(stack)
         graph.erase_node(cat)
         replaced[cat] = stack
     return replaced
 
 
-def _unsqueezed_input(node: Any) -> bool:
-    """Whether ``node`` is ``unsqueeze(x, 0)`` of a graph input ``x``."""
-    return (isinstance(node, fx.Node) and node.target == torch.ops.aten.unsqueeze.default and node.args[1] == 0
-            and isinstance(node.args[0], fx.Node) and node.args[0].op in ("placeholder", "get_attr"))
+def _input_piece(node: Any) -> fx.Node | None:
+    """The graph input that ``node`` is, or is ``unsqueeze(., 0)`` of."""
+    if isinstance(node, fx.Node) and node.target == torch.ops.aten.unsqueeze.default and node.args[1] == 0:
+        node = node.args[0]
+    return node if isinstance(node, fx.Node) and node.op in ("placeholder", "get_attr") else None
+
+
+def _only_extern_matmuls(node: fx.Node) -> bool:
+    """Is ``node`` read only by matmuls (Inductor's extern calls), through views?"""
+    return bool(node.users) and all(u.target in _EXTERN_MATMULS or (u.target in _VIEWS and _only_extern_matmuls(u))
+                                    for u in node.users)

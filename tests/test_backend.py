@@ -347,3 +347,34 @@ def test_the_backward_pass_keeps_a_node_once_where_the_new_graph_computes_it_twi
     assert sum(1 for n in gm.graph.nodes if n.target is torch.ops.aten.relu.default) == 2
     for got, want in zip(gm(x), (torch.relu(x), torch.relu(x) + 1)):
         torch.testing.assert_close(got, want)
+
+
+class _Heads(nn.Module):
+    """Four linears of one input, concatenated: one ``addmm`` of their weights after the rewrite."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.heads = nn.ModuleList(nn.Linear(8, 4) for _ in range(4))
+
+    def forward(self, x):
+        return torch.cat([h(x) for h in self.heads], 1)
+
+
+@torch._inductor.config.patch(fx_graph_cache=False)
+def test_a_forward_graphs_weight_stacks_are_one_kernel_each(monkeypatch):
+    """Inductor (CPU) copies each weight of a concatenation in a loop of its own; written as
+    scatters into its rows (emit.scatter_input_stacks) they are one."""
+    from torch._inductor import metrics
+
+    from optimus_egg import backend
+
+    model, x = _Heads(), torch.randn(6, 8)
+    kernels = []
+    for scatter in (backend._scatter_input_stacks, lambda graph: None):
+        monkeypatch.setattr(backend, "_scatter_input_stacks", scatter)
+        torch._dynamo.reset()
+        metrics.reset()
+        with torch.no_grad():
+            torch.testing.assert_close(torch.compile(model, backend="optimus_egg")(x), model(x))
+        kernels.append(metrics.generated_kernel_count)
+    assert kernels[0] < kernels[1]

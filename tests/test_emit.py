@@ -517,6 +517,51 @@ def test_other_stacks_of_inputs_keep_their_cat(case):
     assert [(n.target, n.args) for n in gm.graph.nodes] == before
 
 
+def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
+    """A forward's linears that read one input become one ``addmm`` of their weights, concatenated
+    in every step; Inductor (CPU) copied each weight in a loop of its own (zoo ple inference:
+    93 kernel objects, 63 scattered). Read through a view (``permute``), as a linear reads its
+    weight."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from optimus_egg.emit import scatter_input_stacks
+
+    aten = torch.ops.aten
+
+    def fn(x, b, *ws):
+        return torch.addmm(b, x, torch.cat(ws).t())
+
+    ws = [torch.randn(3, 5) for _ in range(4)]
+    ws[1][0, :3] = torch.tensor([-0.0, float("inf"), float("nan")])
+    inputs = (torch.randn(2, 5), torch.randn(12), *ws)
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    [new] = scatter_input_stacks(gm.graph).values()
+    gm.graph.lint()
+    gm.recompile()
+    assert not gm.graph.find_nodes(op="call_function", target=aten.cat.default)
+    scatters = [new]
+    while scatters[-1].target == aten.slice_scatter.default:
+        scatters.append(scatters[-1].args[0])
+    assert scatters.pop().args == ([12, 5], 0)
+    assert [s.args[2:] for s in reversed(scatters)] == [(0, 3 * i, 3 * i + 3) for i in range(4)]
+    torch.testing.assert_close(gm(*inputs), fn(*inputs), rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x, b, w0, w1: torch.cat([w0, w1]).sum() * x,  # a kernel reads the cat: its copies join it
+    lambda x, b, w0, w1: torch.addmm(b, x, torch.cat([w0, w1.unsqueeze(0)[0]]).t()),  # a piece not an input
+])
+def test_other_concatenated_weights_keep_their_cat(fn):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from optimus_egg.emit import scatter_input_stacks
+
+    gm = make_fx(fn, tracing_mode="fake")(torch.randn(2, 5), torch.randn(6), torch.randn(3, 5), torch.randn(3, 5))
+    before = [(n.target, n.args) for n in gm.graph.nodes]
+    assert scatter_input_stacks(gm.graph) == {}
+    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+
+
 def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, True), n=5, inner=6):
     """The ATen graph (fake values) of ``read`` of a stack of ``piece(g).T`` (``g``: ``[6, n]``;
     the weight gradients a backward batches into one bmm) and ``x`` (``[2, inner, 3]``), with
