@@ -171,8 +171,10 @@ def check_backward(program: Program) -> bool:
         expected = pytree.tree_leaves(_seeded(model, args_e))
     except RuntimeError:
         return False
+    with inductor_config.patch(fallback_random=True):  # dropouts draw as eager's (check_compiled)
+        decompositions = select_decomp_table()
     aot = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), bw_compiler=backward,
-                       decompositions=select_decomp_table())
+                       decompositions=decompositions)
     torch._dynamo.reset()
     compiled = torch.compile(model, backend=lambda gm, inputs: aot(optimize_graph(gm)[0], inputs), fullgraph=True)
     got = pytree.tree_leaves(_seeded(compiled, args_g))
