@@ -18,12 +18,11 @@ from typing import Any, Sequence
 
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
-from torch._subclasses.fake_tensor import FakeTensor
 
 from optimus_egg import rewrites
 from optimus_egg.extract.tune import load_profile
 from optimus_egg.emit import scatter_input_stacks
-from optimus_egg.fake_values import call_key, fake_run
+from optimus_egg.fake_values import call_key, propagate
 from optimus_egg.pipeline import Options, Report, optimize_graph
 
 #: Reports of the most recent graphs this backend optimized, newest last: Dynamo's graphs, and
@@ -69,14 +68,9 @@ class BackwardPass(CustomGraphPass):
 
 def _scatter_input_stacks(graph: fx.Graph) -> None:
     """:func:`optimus_egg.emit.scatter_input_stacks` on a post-grad graph, each new call given
-    its fake value (in the graph's fake mode)."""
-    before = set(graph.nodes)
-    if not scatter_input_stacks(graph):
-        return
-    fakes = [v for n in graph.find_nodes(op="placeholder") if isinstance(v := n.meta.get("val"), FakeTensor)]
-    for n in graph.nodes:
-        if n not in before:
-            fake_run(n, no_inputs_mode=fakes[0].fake_mode if fakes else None)
+    its fake value."""
+    if scatter_input_stacks(graph):
+        propagate(graph, graph.owning_module)
 
 
 def _sources() -> list[Path]:
