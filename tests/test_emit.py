@@ -463,6 +463,14 @@ def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
     assert same == [[a.untyped_storage()._cdata == b.untyped_storage()._cdata for _, a in pairs] for _, b in pairs]
 
 
+def _assert_untouched(rewrite, gm: torch.fx.GraphModule) -> None:
+    """``rewrite`` (a graph pass returning what it replaced) replaces nothing and leaves every
+    node as it was."""
+    before = [(n.target, n.args) for n in gm.graph.nodes]
+    assert rewrite(gm.graph) == {}
+    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+
+
 def _stack_of_inputs(read=torch.bmm, pieces=(None, None, None)):
     """The ATen graph (fake values) of ``read`` of ``g`` (``[n, 6, 4]``) and a stack of inputs
     (``[4, 5]`` each; the saved inputs a backward's bmm of weight gradients stacks), each
@@ -512,9 +520,7 @@ def test_other_stacks_of_inputs_keep_their_cat(case):
     from optimus_egg.emit import scatter_input_stacks
 
     gm, _, _ = _stack_of_inputs(**case)
-    before = [(n.target, n.args) for n in gm.graph.nodes]
-    assert scatter_input_stacks(gm.graph) == {}
-    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+    _assert_untouched(scatter_input_stacks, gm)
 
 
 def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
@@ -557,9 +563,7 @@ def test_other_concatenated_weights_keep_their_cat(fn):
     from optimus_egg.emit import scatter_input_stacks
 
     gm = make_fx(fn, tracing_mode="fake")(torch.randn(2, 5), torch.randn(6), torch.randn(3, 5), torch.randn(3, 5))
-    before = [(n.target, n.args) for n in gm.graph.nodes]
-    assert scatter_input_stacks(gm.graph) == {}
-    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+    _assert_untouched(scatter_input_stacks, gm)
 
 
 def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, True), n=5, inner=6):
@@ -607,9 +611,7 @@ def test_other_stacks_keep_their_pieces(case):
     from optimus_egg.emit import stack_untransposed
 
     gm, _, _ = _stack_of_transposes(**case)
-    before = [(n.target, n.args) for n in gm.graph.nodes]
-    assert stack_untransposed(gm.graph) == {}
-    assert [(n.target, n.args) for n in gm.graph.nodes] == before
+    _assert_untouched(stack_untransposed, gm)
 
 
 def test_slices_of_a_tensor_the_graph_writes_are_not_made_one_split():
