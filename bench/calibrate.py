@@ -1,7 +1,8 @@
 """Predicted vs measured kernels per benchmark model: ``python -m optimus_egg.bench.calibrate``.
 
 For every model, the graph as captured and the graph ``optimize`` returns under each cost model
-are compiled by Inductor (inference, FX graph cache off) and counted: kernel objects
+are compiled by Inductor as the ``optimus_egg`` backend compiles them (inference, FX graph cache
+off, the backend's post-grad pass: stacks of weights scattered in one kernel) and counted: kernel objects
 (``torch._inductor.metrics.generated_kernel_count``), extern calls and launches in the
 generated wrappers (``run_and_get_code``), and eager launches. Beside them, what each cost model
 predicts for the same graph. The error column compares the Inductor-aware model's kernel objects +
@@ -24,6 +25,7 @@ from typing import Any, Callable
 
 import torch
 
+from optimus_egg.backend import BackwardPass
 from optimus_egg.bench.models import Factory, chain, rec_demo
 from optimus_egg.counting import eager_launches, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
@@ -57,13 +59,16 @@ def models(names: list[str] | None = None) -> dict[str, Factory]:
 
 
 def measure(model: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, int]:
-    """What Inductor generates for ``model`` in inference."""
+    """What Inductor generates for ``model`` in inference, with the backend's post-grad pass (the
+    cost models predict what the backend runs; on a graph without stacks of weights the pass
+    changes nothing)."""
     from torch._inductor import metrics
     from torch._inductor.utils import run_and_get_code
 
     torch._dynamo.reset()
     metrics.reset()
-    with torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
+    with (torch._inductor.config.patch(fx_graph_cache=False, post_grad_custom_post_pass=BackwardPass(Options())),
+          torch.no_grad()):
         _, codes = run_and_get_code(torch.compile(model, backend="inductor"), *inputs)
     calls = [c[c.find("def call("):] for c in codes]
     return {"objects": metrics.generated_kernel_count, "extern": sum(len(_EXTERN.findall(c)) for c in calls),

@@ -23,6 +23,9 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
   slice of one), nothing when the piece is a matmul's result (the library call writes in place),
   and a copy otherwise (ATen fallbacks such as ``embedding_bag`` cannot write in place).
   On CUDA a cat of at most 8 pieces is lowered as a pointwise op (masked loads) and fuses.
+- Except what the backend's post-grad pass rewrites first (:func:`optimus_egg.emit.scatter_input_stacks`):
+  a stack along dim 0 of a few graph inputs of one shape (a batched layer's weights) that only
+  matmuls read is one kernel that scatters them, on every device.
 
 On CPU, ``torch._inductor.metrics.generated_kernel_count`` also counts the loop-fusion attempts
 the C++ backend makes for a reduction with an epilogue (4 instead of 1; 6 for var/std, 8 for
@@ -46,8 +49,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from optimus_egg.egraph import ENode, Frozen
+from optimus_egg.emit import MAX_SCATTERED
 from optimus_egg.extract.cost import _weights, category, list_classes
-from optimus_egg.extract.dag import Dag, Fact, Facts, tensor_args
+from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, Term
 from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
 
@@ -60,6 +64,9 @@ CPU_EPILOGUE_OBJECTS = 4
 INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
 CUDA_POINTWISE_CAT = 8
+#: Matmuls Inductor hands to a library whole: a stack they read needs no loop of Inductor's to
+#: read it (``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm``, but see :meth:`_Simulation._library_operand`).
+LIBRARY_MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})
 
 
 @dataclass
@@ -240,6 +247,7 @@ class _Simulation:
         self.epilogues: list[tuple[Term, Term]] = []  # (pointwise reader, reduction), decided last
         self.moved: set[Term] = set()  # reductions whose pointwise tail a later kernel computes
         self.readers: dict[Term, int] = {}  # a term -> how many terms (or outputs) read it
+        self.not_matmul_read: set[Term] = set()  # terms something other than a library matmul reads
         self.numels: dict[Term, int | None] = {}
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
@@ -260,9 +268,23 @@ class _Simulation:
             elif kind != "list":
                 for a in set(views.get(a, a) for a in args):
                     self.readers[a] = self.readers.get(a, 0) + 1
+                self.not_matmul_read.update(views.get(a, a) for i, a in enumerate(args)
+                                            if not self._library_operand(term, kind, i))
         for r in roots:
             r = views.get(r, r)
             self.readers[r] = self.readers.get(r, 0) + 1
+            self.not_matmul_read.add(r)
+
+    def _library_operand(self, term: Term, kind: str, i: int) -> bool:
+        """Does ``term`` hand its ``i``-th tensor argument to a library matmul as it is? Not a
+        ``linear``'s bias on a 3-D input: a pointwise kernel adds it after the ``mm``."""
+        if kind != "matmul":
+            return False
+        call = self.model.registry.calls[term.args[0]]
+        if call.name not in LIBRARY_MATMULS:
+            return False
+        x = tensor_args(term)[0]
+        return not (call.name == "linear" and i == 2 and len(self.facts.get(x, ((0, 0), ""))[0]) > 2)
 
     def level(self, term: Term) -> int:
         """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
@@ -403,6 +425,10 @@ class _Simulation:
         return True
 
     def visit_cat(self, term: Term, args: list[Term], depth: int) -> None:
+        if self.scattered(term, args):
+            self.kind[term] = "copy"
+            self.uf.groups[self.new_group(term, "copy", depth)].needed = True
+            return
         if self.model.device == "cuda" and len(args) <= CUDA_POINTWISE_CAT:
             self.kind[term] = "pointwise"
             self.new_group(term, "pointwise", depth)
@@ -427,6 +453,21 @@ class _Simulation:
             self.uf.groups[g].needed = True
             if not inlined:
                 self.fuse_in(write, [a], self.numel(a))
+
+    def scattered(self, term: Term, args: list[Term]) -> bool:
+        """Is the cat ``term`` one the backend scatters from its pieces in one kernel: along dim
+        0, of at most :data:`MAX_SCATTERED` graph inputs of static shapes (each whole, equal
+        but for dim 0, or each unsqueezed at 0, equal), read only by library matmuls?"""
+        sources = [self.src[a] for a in args]
+        if (items(term.args[-1])[1] != 0 or not 1 < len(args) <= MAX_SCATTERED or term in self.not_matmul_read
+                or any(self.kind[s] != "input" for s in sources)):
+            return False
+        facts = [self.facts.get(s) for s in sources]
+        if any(f is None or not f[0] or None in f[0] for f in facts):
+            return False
+        if all(a.op == "Unsqueeze" and a.args[0] is s and a.args[1] == 0 for a, s in zip(args, sources)):
+            return len(set(facts)) == 1
+        return all(a is s for a, s in zip(args, sources)) and len({(f[0][1:], f[1]) for f in facts}) == 1
 
     def result(self) -> Prediction:
         # A pointwise op after a reduction fuses into the reduction's kernel (an epilogue) unless

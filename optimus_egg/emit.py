@@ -643,9 +643,10 @@ def _transposed_2d(node: Any) -> fx.Node | None:
 
 
 #: The most inputs :func:`scatter_input_stacks` scatters: each element tests its slot once per
-#: input, so, as Inductor's own one-kernel cat (``config.max_pointwise_cat_inputs``, on GPUs),
-#: only a few.
-_MAX_SCATTERED = 8
+#: input. Twice Inductor's own one-kernel cat (``config.max_pointwise_cat_inputs``, on GPUs):
+#: the concatenated weights of a model's parallel linears are often a few more than 8 (zoo ple:
+#: 9), and copied, each would be a kernel object on CPU and a launch on a GPU.
+MAX_SCATTERED = 16
 
 #: ATen calls Inductor writes as extern calls (no C++ loop reads their operands), and the views
 #: between a stack and them.
@@ -657,9 +658,10 @@ _VIEWS = frozenset({torch.ops.aten.view.default, torch.ops.aten.reshape.default,
 
 
 def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
-    """A cat along dim 0 of graph inputs alone (each as it is, or ``unsqueeze(x, 0)``), of one
-    shape, that only matmuls read (through views) is written as each input scattered into its
-    slot of a zero tensor, in turn (ATen: ``slice_scatter`` into ``full``): the same values,
+    """A cat along dim 0 of graph inputs alone (each as it is, of one shape but maybe dim 0, or
+    each ``unsqueeze(x, 0)``, of one shape), that only matmuls read (through views) is written
+    as each input scattered into its rows of a zero tensor, in turn (ATen: ``slice_scatter``
+    into ``full``): the same values,
     and Inductor writes one pointwise kernel for them. Such stacks are the weights a batched
     layer reads, stacked in every step (forward), and the saved inputs a backward's ``bmm`` of
     weight gradients stacks.
@@ -681,19 +683,23 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         xs = [_input_piece(p) for p in pieces]
         unsqueezed = {x is not p for x, p in zip(xs, pieces)}
         v = val(xs[0]) if xs[0] is not None else None
-        if (cat.kwargs or (len(cat.args) > 1 and cat.args[1] != 0) or None in xs or len(xs) > _MAX_SCATTERED
-                or len(unsqueezed) != 1 or not isinstance(v, torch.Tensor) or v.dim() == 0
-                or any((val(x).shape, val(x).dtype, val(x).device) != (v.shape, v.dtype, v.device) for x in xs)
-                or None in (shape := [static_int(n) for n in v.shape]) or not _only_extern_matmuls(cat)):
+        if (cat.kwargs or (len(cat.args) > 1 and cat.args[1] != 0) or None in xs or len(xs) > MAX_SCATTERED
+                or len(unsqueezed) != 1 or not isinstance(v, torch.Tensor) or v.dim() == 0):
             continue
         stacked = unsqueezed.pop()  # each input a slot of its own, else each its rows
-        step = 1 if stacked else shape[0]
-        sizes = [len(xs), *shape] if stacked else [len(xs) * shape[0], *shape[1:]]
+        same = slice(None) if stacked else slice(1, None)
+        rows = [static_int(val(x).shape[0]) for x in xs]
+        if (any((val(x).shape[same], val(x).dtype, val(x).device) != (v.shape[same], v.dtype, v.device) for x in xs)
+                or None in (shape := [static_int(n) for n in v.shape]) or None in rows
+                or not _only_extern_matmuls(cat)):
+            continue
+        starts = list(range(len(xs) + 1)) if stacked else [sum(rows[:i]) for i in range(len(xs) + 1)]
+        sizes = [len(xs), *shape] if stacked else [starts[-1], *shape[1:]]
         with graph.inserting_before(cat):
             stack = graph.call_function(aten.full.default, (sizes, 0), {
                 "dtype": v.dtype, "layout": torch.strided, "device": v.device, "pin_memory": False})
             for i, piece in enumerate(pieces):
-                stack = graph.call_function(aten.slice_scatter.default, (stack, piece, 0, i * step, (i + 1) * step))
+                stack = graph.call_function(aten.slice_scatter.default, (stack, piece, 0, starts[i], starts[i + 1]))
         cat.replace_all_uses_with(stack)
         graph.erase_node(cat)
         replaced[cat] = stack

@@ -514,7 +514,7 @@ def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
     dict(read=lambda g, s: s * 2),  # a kernel reads the stack: the copies join it
     dict(read=lambda g, s: (torch.bmm(g, s), s)),  # ... or the output returns it
     dict(pieces=(None, torch.tanh, None)),  # a kernel writes a piece: its copy joins that kernel
-    dict(pieces=(None,) * 9),  # more than a few: each element would test its slot 9 times
+    dict(pieces=(None,) * 17),  # more than a few: each element would test its slot 17 times
 ])
 def test_other_stacks_of_inputs_keep_their_cat(case):
     from optimus_egg.emit import scatter_input_stacks
@@ -537,9 +537,10 @@ def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
     def fn(x, b, *ws):
         return torch.addmm(b, x, torch.cat(ws).t())
 
-    ws = [torch.randn(3, 5) for _ in range(4)]
+    rows = [3, 1, 4, 3]  # linears of different widths (zoo mmoe: gates and experts)
+    ws = [torch.randn(n, 5) for n in rows]
     ws[1][0, :3] = torch.tensor([-0.0, float("inf"), float("nan")])
-    inputs = (torch.randn(2, 5), torch.randn(12), *ws)
+    inputs = (torch.randn(2, 5), torch.randn(sum(rows)), *ws)
     gm = make_fx(fn, tracing_mode="fake")(*inputs)
     [new] = scatter_input_stacks(gm.graph).values()
     gm.graph.lint()
@@ -548,14 +549,15 @@ def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
     scatters = [new]
     while scatters[-1].target == aten.slice_scatter.default:
         scatters.append(scatters[-1].args[0])
-    assert scatters.pop().args == ([12, 5], 0)
-    assert [s.args[2:] for s in reversed(scatters)] == [(0, 3 * i, 3 * i + 3) for i in range(4)]
+    assert scatters.pop().args == ([11, 5], 0)
+    assert [s.args[2:] for s in reversed(scatters)] == [(0, 0, 3), (0, 3, 4), (0, 4, 8), (0, 8, 11)]
     torch.testing.assert_close(gm(*inputs), fn(*inputs), rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize("fn", [
     lambda x, b, w0, w1: torch.cat([w0, w1]).sum() * x,  # a kernel reads the cat: its copies join it
     lambda x, b, w0, w1: torch.addmm(b, x, torch.cat([w0, w1.unsqueeze(0)[0]]).t()),  # a piece not an input
+    lambda x, b, w0, w1: torch.mm(torch.cat([w0, w1], 1).t(), w0),  # along dim 1
 ])
 def test_other_concatenated_weights_keep_their_cat(fn):
     from torch.fx.experimental.proxy_tensor import make_fx

@@ -59,24 +59,50 @@ def test_inductor_model_cat_rules_per_device():
 _EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
 
 
+def _batched(x, a, b, c):  # a batched layer's stack of weights: the backend scatters it, one kernel
+    return torch.bmm(x, torch.stack([a, b, c]).transpose(1, 2))
+
+
+def _batched_and_returned(x, a, b, c):  # the stack is an output too: one copy per piece
+    s = torch.stack([a, b, c])
+    return torch.bmm(x, s.transpose(1, 2)), s
+
+
+def _concatenated(x, a, b, c):  # weights scattered; the biases are slices, copied
+    return F.linear(x[0], torch.cat([a, b, c]), torch.cat([a[0], b[0], c[0]]))
+
+
+def _widths(x, a, b, c):  # linears of different widths: their weights are scattered too
+    return F.linear(x[0], torch.cat([a, b, c]))
+
+
 def test_inductor_model_matches_inductor_on_cpu():
-    """The prediction is Inductor's own count: kernel objects and extern calls, compiled."""
+    """The prediction is Inductor's own count: kernel objects and extern calls, compiled as the
+    backend compiles (its post-grad pass scatters stacks of weights)."""
     from torch._inductor import metrics
     from torch._inductor.utils import run_and_get_code
 
+    from optimus_egg.backend import BackwardPass
+    from optimus_egg.pipeline import Options
+
     x = torch.randn(8, 16)
     w = torch.randn(16, 16)
-    cases = [lambda x: torch.cat([torch.tanh(p) for p in x.split(4, 1)], 1) + 1,
-             lambda x: torch.relu(torch.relu(x) @ w).mean(1),
-             lambda x: torch.stack([torch.relu(x), x * 2], 1)]
-    for fn in cases:
+    x3, ws = torch.randn(3, 4, 8), [torch.randn(8, 8) for _ in range(3)]
+    cases = [(lambda x: torch.cat([torch.tanh(p) for p in x.split(4, 1)], 1) + 1, (x,), 5),
+             (lambda x: torch.relu(torch.relu(x) @ w).mean(1), (x,), None),
+             (lambda x: torch.stack([torch.relu(x), x * 2], 1), (x,), None),
+             (_batched, (x3, *ws), 1), (_batched_and_returned, (x3, *ws), 3), (_concatenated, (x3, *ws), 4),
+             (_widths, (x3, *(torch.randn(n, 8) for n in (3, 5, 2))), 1)]
+    for fn, inputs, objects in cases:
         torch._dynamo.reset()
         metrics.reset()
-        with torch._inductor.config.patch(fx_graph_cache=False), torch.no_grad():
-            _, codes = run_and_get_code(torch.compile(Fn(fn), backend="inductor"), x)
+        with (torch._inductor.config.patch(fx_graph_cache=False, post_grad_custom_post_pass=BackwardPass(Options())),
+              torch.no_grad()):
+            _, codes = run_and_get_code(torch.compile(Fn(fn), backend="inductor"), *inputs)
         extern = sum(len(_EXTERN.findall(c[c.find("def call("):])) for c in codes)
-        got = predict(fn, x)
+        got = predict(fn, *inputs)
         assert (got.objects, got.extern) == (metrics.generated_kernel_count, extern)
+        assert objects is None or got.objects == objects  # (the cases mean what they say)
 
 
 def test_memory_model_counts_bytes_read_and_written():
