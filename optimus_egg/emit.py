@@ -609,7 +609,7 @@ def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     for cat in _bmm_stacks(graph):
         pieces = [_transposed_2d(x.args[0]) if x.target == aten.unsqueeze.default and x.args[1] == 0 else None
                   for x in cat.args[0]]
-        if None in pieces:
+        if None in pieces or all(p.op == "placeholder" for p in pieces):
             continue
         with graph.inserting_before(cat):
             new = graph.call_function(aten.permute.default, (optable.aten_stack(graph, pieces, 0), [0, 2, 1]))
@@ -625,15 +625,17 @@ def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
 
 def _transposed_2d(node: Any) -> fx.Node | None:
     """``g`` where ``node`` is the ATen transpose of a 2-D ``g`` (``permute [1, 0]``, ``t``,
-    ``transpose 0 1``) that a kernel computes, else None. Not a view or an input (the slices of
-    one gradient that a split of features gives, zoo mmoe): no kernel writes it that its copy
-    could join; nor a transpose that moves no element (a dim of size 1)."""
+    ``transpose 0 1``) that a kernel computes or the graph takes as input, else None. Not a
+    view (the slices of one gradient that a split of features gives, zoo mmoe): no kernel
+    writes it that its copy could join; nor a transpose that moves no element (a dim of size
+    1). An input (the tangent, when no activation follows the last layer) is a copy of its
+    own in either layout; a stack of inputs alone is left as it is."""
     aten = torch.ops.aten
     if not isinstance(node, fx.Node) or node.op != "call_function" or node.kwargs:
         return None
     g = node.args[0] if node.args else None
     v = val(g) if isinstance(g, fx.Node) else None
-    if v is None or v.dim() != 2 or 1 in v.shape or not optable.launches(g):
+    if v is None or v.dim() != 2 or 1 in v.shape or not (g.op == "placeholder" or optable.launches(g)):
         return None
     if (node.target == aten.t.default
             or node.target == aten.permute.default and [d % 2 for d in node.args[1]] == [1, 0]

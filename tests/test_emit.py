@@ -601,10 +601,35 @@ def test_a_stack_of_transposed_gradients_a_bmm_reads_is_the_transpose_of_their_s
     torch.testing.assert_close(gm(*inputs), fn(*inputs))
 
 
+def test_a_gradient_that_is_an_input_is_stacked_untransposed_with_the_others():
+    """The last layer's gradient is the backward's input when no activation follows the layer
+    (the tangent; zoo clean_chain): its copy is one loop in either layout, and the others still
+    join the kernels that compute them (training there: 25 kernel objects, 31 when an input
+    kept every piece transposed)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from optimus_egg.emit import stack_untransposed
+
+    aten = torch.ops.aten
+
+    def fn(a, b, x):
+        return torch.bmm(torch.cat([a.t().unsqueeze(0), torch.tanh(b).t().unsqueeze(0)]), x)
+
+    inputs = (torch.randn(6, 5), torch.randn(6, 5), torch.randn(2, 6, 3))
+    gm = make_fx(fn, tracing_mode="fake")(*inputs)
+    [new] = stack_untransposed(gm.graph).values()
+    gm.graph.lint()
+    gm.recompile()
+    a = next(iter(gm.graph.find_nodes(op="placeholder")))
+    assert [u.args[0] for u in new.args[0].args[0]][0] is a
+    assert [u.args[0].target for u in new.args[0].args[0]][1] == aten.tanh.default
+    torch.testing.assert_close(gm(*inputs), fn(*inputs))
+
+
 @pytest.mark.parametrize("case", [
     dict(read=lambda s, x: s * 2),  # a kernel reads the stack: its layout is what it was
     dict(read=lambda s, x: (torch.bmm(s, x), s)),  # ... or the output returns it
-    dict(piece=lambda g: g),  # an input: no kernel writes it
+    dict(piece=lambda g: g),  # inputs alone: no kernel writes any of them
     dict(piece=lambda g: torch.tanh(g)[:, 1:]),  # a view: nor here
     dict(piece=lambda g: torch.tanh(g).sum(0, keepdim=True), inner=1),  # [1, n]: its transpose moves nothing
     dict(transposed=(True, False), n=6),  # one piece is not a transpose
