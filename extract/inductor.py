@@ -12,6 +12,8 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
   graph output.
 - Kernels that read the same tensor through the same view with the same number of elements fuse
   horizontally; so do kernels reading slices of one gather (``embedding``) or reduction result.
+- A reduction of fewer than 8 elements per output element is unrolled into a pointwise op
+  (an unrolled softmax stores its exponentials: a loop of its own, then one for the rest).
 - A reduction is one kernel; pointwise producers fuse in (prologue); a pointwise consumer fuses
   after it (epilogue) unless a later reduction takes that consumer in as its prologue (softmax's
   division then moves into the consumer). Reductions never fuse side by side.
@@ -45,8 +47,11 @@ is the simulation below, run on the DAG the extractor chose.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
+
+from torch.utils import _pytree as pytree
 
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.emit import MAX_SCATTERED
@@ -62,6 +67,13 @@ CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6,
 CPU_EPILOGUE_OBJECTS = 4
 #: Pointwise ops that read through an index tensor: every slice of their result reads the table.
 INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
+#: Inductor writes a reduction of fewer elements than this (per output element) as a pointwise
+#: op, unrolled (``config.unroll_reductions_threshold``).
+UNROLLED_REDUCTION = 8
+#: Reductions whose decomposition reads an intermediate in two passes (softmax's exponentials).
+TWO_PASS = frozenset({"softmax", "log_softmax"})
+#: Loop nests the CPU backend writes for such an op unrolled (1 when not listed), as measured.
+CPU_UNROLLED_OBJECTS = {"softmax": 2, "log_softmax": 4, "layer_norm": 3}
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
 CUDA_POINTWISE_CAT = 8
 #: Matmuls Inductor hands to a library whole: a stack they read needs no loop of Inductor's to
@@ -89,6 +101,8 @@ class _Group:
     needed: bool = False  # something outside the group reads it, or it writes a cat slot / output
     epilogue: bool = False  # a member reads a reduction of the same group
     shared: bool = False  # it reads something every slice of it reads too (a gather, a broadcast)
+    objects: int = 1  # CPU loop nests when it has no reduction and is needed (an unrolled softmax: 2)
+    stored: bool = False  # it writes an intermediate even when every reader recomputes it
 
 
 class _UnionFind:
@@ -121,6 +135,8 @@ class _UnionFind:
         ga.needed |= gb.needed
         ga.epilogue |= gb.epilogue
         ga.shared |= gb.shared
+        ga.objects = max(ga.objects, gb.objects)
+        ga.stored |= gb.stored
         if gb.kind == "reduction" or (gb.kind == "pointwise" and ga.kind == "copy"):
             ga.kind = gb.kind
         return True
@@ -366,12 +382,18 @@ class _Simulation:
         if kind == "cat":
             self.visit_cat(term, args, depth)
             return
+        unrolled = kind == "reduction" and self.unrolled(call, args[0], term)
+        kind = "pointwise" if unrolled else kind
         self.kind[term] = kind
         if kind == "pointwise" and self.distribute(term, args):
             return
         if kind in ("pointwise", "reduction"):
             g = self.new_group(term, kind, depth)
             self.uf.groups[g].shared = call is not None and call.name in INDIRECT
+            if unrolled:  # a softmax reads its exponentials once per element of a row: they are
+                # stored (one loop), and a reader at another depth recomputes the rest
+                self.uf.groups[g].stored = call.name in TWO_PASS
+                self.uf.groups[g].objects = CPU_UNROLLED_OBJECTS.get(call.name, 1)
             if kind == "reduction":
                 group = self.uf.groups[g]
                 group.reductions.append(term)
@@ -401,6 +423,27 @@ class _Simulation:
                 self.kind[prep], self.src[prep] = "pointwise", prep
                 self.uf.groups[self.new_group(prep, "pointwise", depth)].needed = True
                 self.fuse_in(prep, args[:1] if what == "<indices>" else [], self.numel(args[0]))
+
+    def unrolled(self, call: Any, x: Term, term: Term) -> bool:
+        """Does Inductor unroll this reduction into a pointwise op: fewer than
+        ``unroll_reductions_threshold`` (8) elements reduced per output element, more than one
+        output element? (A softmax over 4 gates is a pointwise kernel, not 4 loops.)"""
+        n_in, n_out, fact = self.numel(x), self.numel(term), self.facts.get(x)
+        if n_in is None or n_out is None or fact is None or n_out <= 1:
+            return False
+        if n_out < n_in:
+            reduced = n_in // n_out
+        else:  # the reduction keeps the shape: the reduced size is the dim (or shape) it names
+            args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+            if call.name in TWO_PASS:
+                dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+                reduced = fact[0][dim] if isinstance(dim, int) and -len(fact[0]) <= dim < len(fact[0]) else None
+            elif call.name == "layer_norm":
+                shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
+                reduced = math.prod(shape) if isinstance(shape, (list, tuple)) else None
+            else:
+                reduced = None
+        return reduced is not None and reduced < UNROLLED_REDUCTION
 
     def distribute(self, term: Term, args: list[Term]) -> bool:
         """CPU: a pointwise op that alone reads a whole cat with matmul pieces is computed piece
@@ -486,7 +529,7 @@ class _Simulation:
         roots = {self.uf.find(g) for g in self.group.values()}
         for r in roots:
             g = self.uf.groups[r]
-            if not g.needed:
+            if not (g.needed or g.stored):
                 continue  # inlined into every reader
             out.kernels += 1
             out.weighted += w[g.kind]
@@ -498,7 +541,7 @@ class _Simulation:
                 else:
                     out.objects += 1 if r in moved else base
             else:
-                out.objects += 1
+                out.objects += g.objects if self.model.device == "cpu" and g.needed else 1
         return out
 
 

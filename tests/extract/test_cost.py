@@ -92,7 +92,14 @@ def test_inductor_model_matches_inductor_on_cpu():
              (lambda x: torch.relu(torch.relu(x) @ w).mean(1), (x,), None),
              (lambda x: torch.stack([torch.relu(x), x * 2], 1), (x,), None),
              (_batched, (x3, *ws), 1), (_batched_and_returned, (x3, *ws), 3), (_concatenated, (x3, *ws), 4),
-             (_widths, (x3, *(torch.randn(n, 8) for n in (3, 5, 2))), 1)]
+             (_widths, (x3, *(torch.randn(n, 8) for n in (3, 5, 2))), 1),
+             # reductions of fewer than 8 elements are unrolled into pointwise loops
+             (lambda x: torch.softmax(x, -1) * 2, (torch.randn(64, 4),), 2),  # exponentials stored
+             (lambda x: torch.softmax(x, -1) * 2, (torch.randn(64, 16),), 4),  # not unrolled
+             (lambda x: x.sum(1) + 1, (torch.randn(64, 4, 16),), 1),
+             (lambda x: torch.relu(x).mean(-1), (torch.randn(64, 3),), 1),
+             (lambda x: F.layer_norm(x, (4,)), (torch.randn(64, 4),), 3),
+             (lambda x: torch.log_softmax(x, 1) + x, (torch.randn(64, 5),), 4)]
     for fn, inputs, objects in cases:
         torch._dynamo.reset()
         metrics.reset()
