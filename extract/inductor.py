@@ -23,7 +23,9 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
 - ``cat`` on CPU is always a ``ConcatKernel``: every piece is written into its slot by one
   kernel, which is the piece's own pointwise or reduction kernel when the piece is one (not a
   slice of one), nothing when the piece is a matmul's result (the library call writes in place),
-  and a copy otherwise (ATen fallbacks such as ``embedding_bag`` cannot write in place).
+  and a copy otherwise (ATen fallbacks such as ``embedding_bag`` cannot write in place). A
+  matmul's result unsqueezed (a stack) is written in place too, and then read whole; copies of
+  one piece into several cats are one loop.
   On CUDA a cat of at most 8 pieces is lowered as a pointwise op (masked loads) and fuses.
 - Except what the backend's post-grad pass rewrites first (:func:`optimus_egg.emit.scatter_input_stacks`):
   a stack along dim 0 of a few graph inputs of one shape (a batched layer's weights) that only
@@ -38,7 +40,8 @@ A node-local cost cannot see fusion, which depends on who consumes a value. The 
 a sound approximation (:meth:`InductorCost.bind`): a pointwise e-node costs nothing when one of
 the classes it reads can be computed by a fusible kernel (it joins that kernel) or when a
 reduction reads its class (it fuses in as the reduction's prologue), otherwise one kernel; a cat
-piece costs a copy unless its class can be written in place (a pointwise or extern result);
+piece costs a copy unless its class can be written in place (a pointwise or extern result) or
+is a graph input (a cat with such pieces costs one kernel: the scatter of a stack of weights);
 extern calls and reductions cost one each, and an extern call in a class that a fusible kernel
 can also compute (an einsum and its sum of products) one more when pointwise ops read that
 class (priced as fused, they need their own kernel after an extern call). The reported figure
@@ -183,15 +186,18 @@ class InductorCost:
         direct = {n.eclass for n, k in zip(graph.nodes, kinds) if k in ("pointwise", "reduction", "matmul")}
         prologue = {c for n, k in zip(graph.nodes, kinds) if k == "reduction" for c in _reads(graph, n)}
         read_pointwise = {c for n, k in zip(graph.nodes, kinds) if k == "pointwise" for c in _reads(graph, n)}
+        scattered = _input_pieces(graph, kinds)
         w = self.weights
 
         def own(node: ENode, k: str) -> float:
             if k in ("view", "input") or (k == "list" and (node.op == "Nil" or node.children[2] < 0)):
                 return 0.0
-            if k == "list":  # a cat piece: written in place by its own kernel, or copied
-                return 0.0 if self.device == "cuda" or node.children[0] in direct else w["copy"]
-            if k == "cat" and node.op == "Cat":  # on CPU its pieces carry the cost
-                return w["pointwise"] if self.device == "cuda" else 0.0
+            if k == "list":  # a cat piece: written in place by its own kernel, scattered, or copied
+                return 0.0 if self.device == "cuda" or node.children[0] in direct | scattered else w["copy"]
+            if k == "cat" and node.op == "Cat":  # on CPU its pieces carry the cost, but for a stack of inputs
+                if self.device == "cuda":
+                    return w["pointwise"]
+                return w["copy"] if any(c in scattered for c in list_classes(graph, node.children[0])) else 0.0
             if k == "pointwise":
                 fuses = node.eclass in prologue or any(c in fusible for c in _reads(graph, node))
                 return 0.0 if fuses else w["pointwise"]
@@ -227,6 +233,32 @@ def _reads(graph: Frozen, node: ENode) -> list[int]:
     if node.op == "Op":
         return list_classes(graph, node.children[1])
     return [c for c, s in zip(node.children, CONSTRUCTORS[node.op]) if s == "T"]
+
+
+#: Views that keep the order of the elements they show.
+_RESHAPES = frozenset({"Unsqueeze", "Squeeze", "Flat", "Unflat"})
+
+
+def _unreshaped(view: Term) -> Term:
+    """``view`` without the reshapes on top of it (a stack's piece: the slice it unsqueezes)."""
+    while view.op in _RESHAPES:
+        view = view.args[0]
+    return view
+
+
+def _reshaped(view: Term, base: Term) -> bool:
+    """Is ``view`` ``base`` through reshapes alone: can a matmul write ``base`` into a slot
+    that ``view`` fills?"""
+    return _unreshaped(view) is base
+
+
+def _input_pieces(graph: Frozen, kinds: list[str]) -> set[int]:
+    """Classes of graph inputs, as they are or unsqueezed at 0: as the pieces of a cat that only
+    matmuls read (a batched layer's weights), the backend scatters them all in one kernel
+    (priced on the cat; node-locally, whoever reads the cat is not known, so every such cat)."""
+    inputs = {n.eclass for n, k in zip(graph.nodes, kinds) if k == "input"}
+    return inputs | {n.eclass for n in graph.nodes if n.op == "Unsqueeze" and n.children[0] in inputs
+                     and n.children[1] == 0}
 
 
 def _fusible_classes(graph: Frozen, kinds: list[str], device: str) -> set[int]:
@@ -486,6 +518,8 @@ class _Simulation:
             if a is s and self.kind[s] == "matmul":
                 self.pieces[term].append(a)
                 continue  # a library matmul writes its result into the slot (out=); a fallback can't
+            if self.kind[s] == "matmul" and whole and _reshaped(a, s):
+                continue  # ... unsqueezed too (a stack), but Inductor then reads the cat whole
             if whole and self.kind[s] in ("pointwise", "reduction"):
                 self.uf.groups[self.uf.find(self.group[s])].needed = True  # it writes its slot
                 continue
@@ -496,6 +530,10 @@ class _Simulation:
             self.uf.groups[g].needed = True
             if not inlined:
                 self.fuse_in(write, [a], self.numel(a))
+            elif (key := ("copy of", _unreshaped(a), self.depth[write])) in self.horizontal:
+                self.uf.union(self.horizontal[key], g)  # the same piece into several cats: one loop
+            else:
+                self.horizontal[key] = g
 
     def scattered(self, term: Term, args: list[Term]) -> bool:
         """Is the cat ``term`` one the backend scatters from its pieces in one kernel: along dim

@@ -16,6 +16,7 @@ from optimus_egg.pipeline import capture
 from tests.helpers import Fn, check
 
 W = torch.randn(8, 8)
+W3 = [torch.randn(16, 16) for _ in range(3)]
 
 
 def _dag(fn, *inputs):
@@ -76,6 +77,12 @@ def _widths(x, a, b, c):  # linears of different widths: their weights are scatt
     return F.linear(x[0], torch.cat([a, b, c]))
 
 
+def _one_piece_two_stacks(x):  # each piece is copied into both stacks by one loop (zoo ple)
+    y = torch.relu(x @ W3[0])
+    a, b = y[:, :8], y[:, 8:]
+    return torch.stack([a, b], 1).sum(1) * 2, torch.stack([b, a], 2).sum(2) * 3
+
+
 def test_inductor_model_matches_inductor_on_cpu():
     """The prediction is Inductor's own count: kernel objects and extern calls, compiled as the
     backend compiles (its post-grad pass scatters stacks of weights)."""
@@ -99,7 +106,12 @@ def test_inductor_model_matches_inductor_on_cpu():
              (lambda x: x.sum(1) + 1, (torch.randn(64, 4, 16),), 1),
              (lambda x: torch.relu(x).mean(-1), (torch.randn(64, 3),), 1),
              (lambda x: F.layer_norm(x, (4,)), (torch.randn(64, 4),), 3),
-             (lambda x: torch.log_softmax(x, 1) + x, (torch.randn(64, 5),), 4)]
+             (lambda x: torch.log_softmax(x, 1) + x, (torch.randn(64, 5),), 4),
+             # matmuls write their slots of a stack, and the relu reads it whole; of a cat along
+             # dim 1, each slot gets the relu of its own piece
+             (lambda x: torch.relu(torch.stack([x @ w for w in W3], 1)), (x,), 1),
+             (lambda x: torch.relu(torch.cat([x @ w for w in W3], 1)), (x,), 3),
+             (_one_piece_two_stacks, (x,), 4)]
     for fn, inputs, objects in cases:
         torch._dynamo.reset()
         metrics.reset()
