@@ -28,8 +28,8 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
   one piece into several cats are one loop.
   On CUDA a cat of at most 8 pieces is lowered as a pointwise op (masked loads) and fuses.
 - Except what the backend's post-grad pass rewrites first (:func:`optimus_egg.emit.scatter_input_stacks`):
-  a stack along dim 0 of a few graph inputs of one shape (a batched layer's weights) that only
-  matmuls read is one kernel that scatters them, on every device.
+  a cat along dim 0 of up to 16 graph inputs (a batched layer's weights, stacked or concatenated)
+  that only matmuls read is one kernel that scatters them, on every device.
 
 On CPU, ``torch._inductor.metrics.generated_kernel_count`` also counts the loop-fusion attempts
 the C++ backend makes for a reduction with an epilogue (4 instead of 1; 6 for var/std, 8 for

@@ -663,8 +663,7 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """A cat along dim 0 of graph inputs alone (each as it is, of one shape but maybe dim 0, or
     each ``unsqueeze(x, 0)``, of one shape), that only matmuls read (through views) is written
     as each input scattered into its rows of a zero tensor, in turn (ATen: ``slice_scatter``
-    into ``full``): the same values,
-    and Inductor writes one pointwise kernel for them. Such stacks are the weights a batched
+    into ``full``): the same values, and Inductor writes one pointwise kernel for them. Such stacks are the weights a batched
     layer reads, stacked in every step (forward), and the saved inputs a backward's ``bmm`` of
     weight gradients stacks.
 
