@@ -162,3 +162,18 @@ def test_unknown_cost_model_or_extractor_is_a_clear_error():
         optimize(Fn(lambda x: x + 1), (torch.randn(2),), cost_model="fast")
     with pytest.raises(ValueError, match="valid: greedy, ilp, compare"):
         optimize(Fn(lambda x: x + 1), (torch.randn(2),), extractor="best")
+
+
+LINEARS = [(torch.randn(4, 8), torch.randn(4)) for _ in range(4)]
+
+
+def test_inductor_model_prices_stacked_weights_as_the_backend_writes_them():
+    """Linears on one input become one linear on their concatenated weights when the
+    ``inductor`` model counts the concatenation as the one scatter the backend writes (it
+    counted a copy per weight and per bias, and kept the four linears)."""
+    def fn(x):
+        return torch.cat([F.linear(x, w, b) for w, b in LINEARS], 1)
+
+    report, gm = check(fn, torch.randn(6, 8), cost_model="inductor")
+    assert sum(n.target is F.linear for n in gm.graph.nodes) == 1
+    assert report.costs["inductor"][1] < report.costs["inductor"][0]
