@@ -66,3 +66,12 @@ def test_a_gradient_summed_in_half_precision_is_judged_at_its_tolerance():
            "    return (v7, v6,)\n")
     program = Program(src, (torch.tensor([[1.5410], [-0.2934]]), torch.tensor([[-2.1797]], dtype=torch.float16)))
     assert check_backward(program)
+
+
+def test_a_backward_program_that_crashes_torch_itself_is_not_run():
+    """Found by the fuzzer (seed 404, backward flavour): returning a view of a computed tensor
+    and that view detached crashes AOTAutograd (torch 2.13; a segmentation fault replaying the
+    outputs' aliases, with or without the optimizer), which took the whole test run down."""
+    src = ("def forward(self, x0, x1):\n    v0 = torch.cat((x0, x0, x0, x0, x0,), 1)\n    v1 = torch.chunk(v0, 4, 1)\n"
+           "    v2 = v1[0]\n    v9 = v1[2]\n    v10 = v9.detach()\n    return (v10, v2, v2, v9,)\n")
+    assert not check_backward(Program(src, (torch.randn(10, 12), torch.randn(8, dtype=torch.float64))))
