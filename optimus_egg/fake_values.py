@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
-from optimus_egg.optable import val
+from optimus_egg.optable import identity_dropout, storage_key, val
 
 
 def propagate(graph: fx.Graph, root: torch.nn.Module, known: dict[Any, list[Any]] | None = None) -> None:
@@ -37,6 +37,24 @@ def propagate(graph: fx.Graph, root: torch.nn.Module, known: dict[Any, list[Any]
                 node.meta["val"] = node.meta["example_value"] = same.pop()
             else:
                 fake_run(node, no_inputs_mode, root)
+
+
+def alias_identity_dropouts(graph: fx.Graph) -> None:
+    """Make a dropout that is off carry its input's value, as it returns its input itself
+    (eager, AOTAutograd), and re-derive the views below it. Dynamo gives ``F.dropout(x,
+    training=False)`` a fresh fake value (``alpha_dropout`` it gets right), and the views below
+    inherit that storage: the emitter, which keeps each output aliasing what it aliased, read
+    the pieces of ``split(dropout(x))`` as fresh and returned copies of ``x``'s (fuzzer, seed
+    505, where eager's alias the input)."""
+    stale: set[Any] = set()  # the fresh storages Dynamo gave such dropouts
+    for node in graph.nodes:
+        if stale and node.op in ("call_function", "call_method") and any(
+                storage_key(t) in stale for t in pytree.tree_leaves(val(node))):
+            fake_run(node)  # a view of one: its value again, from the input's
+        x = identity_dropout(node) if node.op in ("call_function", "call_method") else None
+        if x is not None and (key := storage_key(val(node))) is not None and key != storage_key(val(x)):
+            stale.add(key)
+            node.meta["val"] = node.meta["example_value"] = val(x)
 
 
 def known_values(graph: fx.Graph) -> dict[Any, list[Any]]:

@@ -250,6 +250,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         report.seconds[name] = report.seconds.get(name, 0.0) + now - clock
         clock = now
 
+    fake_values.alias_identity_dropouts(gm.graph)
     switch = next((n for n in gm.graph.nodes if optable.switches_mode(n)), None)
     if switch is not None:
         # Rules and the emitter move calls freely: across the switch, one would compute under
@@ -473,12 +474,14 @@ def _restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     one cannot be. ``cat([p.relu() for p in x.split(2, 1)], 1)`` is contiguous whatever ``x``'s
     layout, ``x.relu()`` has ``x``'s; a caller's ``out.view(-1)`` then raised. A fresh output
     that eager lays out contiguously is made contiguous (one copy); any other change of layout
-    (strides of dims of size 1 aside), or one of an output that shares its storage, is refused."""
+    (strides of dims of size 1 aside), or one of an output that shares its storage with an input
+    or another output (a split's pieces included: ``v = cat([x[:, 1:2]]); return v, v.split(1)``
+    returned a copy of ``v`` and pieces of the original; seed 505), is refused."""
     inputs = {optable.storage_key(val(n)) for n in old.graph.nodes if n.op in ("placeholder", "get_attr")}
     out_old, out_new = (next(iter(g.graph.find_nodes(op="output"))) for g in (old, new))
     leaves_old = torch.utils._pytree.tree_leaves(out_old.args[0])
     leaves_new, spec = torch.utils._pytree.tree_flatten(out_new.args[0])
-    keys = [optable.storage_key(val(n)) for n in leaves_new]
+    keys = [{optable.storage_key(t) for t in torch.utils._pytree.tree_leaves(val(n))} - {None} for n in leaves_new]
     copies: list[fx.Node] = []
     for i, (a, b) in enumerate(zip(leaves_old, leaves_new)):
         va, vb = val(a), val(b)
@@ -489,7 +492,8 @@ def _restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
             continue
         if not isinstance(va, torch.Tensor) or _layout(va) == _layout(vb):
             continue
-        if _layout(va) != _layout(va.new_empty(va.shape)) or keys[i] in inputs or keys.count(keys[i]) > 1:
+        shared = keys[i] & set().union(inputs, *(k for j, k in enumerate(keys) if j != i))
+        if _layout(va) != _layout(va.new_empty(va.shape)) or shared:
             return None
         with new.graph.inserting_before(out_new):
             leaves_new[i] = new.graph.call_method("contiguous", (b,))

@@ -50,3 +50,22 @@ def test_a_higher_order_op_is_fake_run_with_its_subgraphs():
         out.sum().backward()
         grads.append((out, arg.grad))
     torch.testing.assert_close(grads[1], grads[0])
+
+
+def test_an_off_dropout_is_its_input_and_the_views_below_it_alias_the_input():
+    """Dynamo gives ``F.dropout(x, training=False)`` a fresh value, though it returns ``x``
+    itself: the pieces of a split of it were returned as copies, where eager's alias ``x``
+    (fuzzer, seed 505). The values now say what eager does, and the optimized graph does it."""
+    import torch.nn.functional as F
+
+    def fn(x):
+        return torch.cat([p.relu() for p in x.split(1, 1)], 1), F.dropout(x, 0.2, training=False).split(1, 0)
+
+    x = torch.randn(2, 3)
+    gm, report = optimize(Fn(fn), (x,))
+    assert not report.kept
+    glued, pieces = gm(x)
+    torch.testing.assert_close(glued, x.relu())
+    for i, piece in enumerate(pieces):
+        torch.testing.assert_close(piece, x[i:i + 1])
+        assert piece.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # a view of x, as in eager

@@ -286,3 +286,18 @@ def test_pieces_of_a_split_returned_as_they_are_keep_eagers_layout():
     params = {"w0": torch.randn(1, 1), "w1": torch.randn(1), "w2": torch.randn(1, 1), "w3": torch.randn(1)}
     gm = check_program(Program(src, (torch.randn(1), torch.randn(1, 2, 1)), params))  # compares strides
     assert not any(n.target is torch.narrow for n in gm.graph.nodes)
+
+
+def test_an_output_copied_for_its_layout_keeps_the_views_of_it_returned_with_it():
+    """``v11 = cat([v9])`` is the column ``v9`` of another cat, laid out otherwise than eager's
+    fresh ``v11``, so it is copied; the pieces of ``split(v11)``, returned as the split's tuple
+    beside it (an FX graph's output holds the tuple), were pieces of the column, not of the
+    copy, and aliased nothing of output 0 (fuzzer, seed 505). The graph is kept."""
+    from tests.fuzz.check import check_program
+    from tests.fuzz.programs import Program
+
+    src = ("def forward(self, x0, x1):\n    v0 = x0[..., :]\n    v1 = v0.narrow(0, 0, 2) + v0.narrow(0, 0, 2)\n"
+           "    v2 = torch.cat([v1], 0)\n    v5 = v2[..., :]\n    v6 = torch.relu(v5)\n    v7 = torch.cat([x1, v6], 1)\n"
+           "    v8 = torch.split(v7, 1, 1)\n    v9 = v8[-2]\n    v11 = torch.cat([v9], 0)\n"
+           "    v12 = torch.split(v11, 1, 0)\n    return (v11, v12,)\n")
+    check_program(Program(src, (torch.randn(2, 2, 1, 1), torch.randn(2, 1, 1, 1))))
