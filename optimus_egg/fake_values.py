@@ -45,14 +45,17 @@ def alias_identity_dropouts(graph: fx.Graph) -> None:
     training=False)`` a fresh fake value (``alpha_dropout`` it gets right), and the views below
     inherit that storage: the emitter, which keeps each output aliasing what it aliased, read
     the pieces of ``split(dropout(x))`` as fresh and returned copies of ``x``'s (fuzzer, seed
-    505, where eager's alias the input)."""
+    505, where eager's alias the input). Not where the two values disagree on requiring grad:
+    Dynamo's views taken under ``no_grad`` say they require it, its dropout's value rightly
+    not, and the dropout's is kept (seed 606)."""
     stale: set[Any] = set()  # the fresh storages Dynamo gave such dropouts
     for node in graph.nodes:
         if stale and node.op in ("call_function", "call_method") and any(
                 storage_key(t) in stale for t in pytree.tree_leaves(val(node))):
             fake_run(node)  # a view of one: its value again, from the input's
         x = identity_dropout(node) if node.op in ("call_function", "call_method") else None
-        if x is not None and (key := storage_key(val(node))) is not None and key != storage_key(val(x)):
+        if (x is not None and (key := storage_key(val(node))) is not None and key != storage_key(val(x))
+                and val(node).requires_grad == val(x).requires_grad):
             stale.add(key)
             node.meta["val"] = node.meta["example_value"] = val(x)
 

@@ -69,3 +69,17 @@ def test_an_off_dropout_is_its_input_and_the_views_below_it_alias_the_input():
     for i, piece in enumerate(pieces):
         torch.testing.assert_close(piece, x[i:i + 1])
         assert piece.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()  # a view of x, as in eager
+
+
+def test_an_off_dropout_under_no_grad_keeps_its_own_value():
+    """Dynamo's values for views taken under ``no_grad`` say they require grad (eager's do not),
+    and its dropout's value rightly not: taking the input's value there made the cat after the
+    block require grad, and the optimizer refused the graph (fuzzer, seed 606, strict)."""
+    from tests.fuzz.check import check_program, dynamo_graph
+    from tests.fuzz.programs import Program
+
+    src = ("def forward(self, x0, x1):\n    with torch.no_grad():\n        v0 = x1[..., :]\n"
+           "        v1 = torch.split(v0, 1, 0)\n        v2 = v1[-1]\n        v3 = F.dropout(v2, 0.2, training=False)\n"
+           "    v4 = torch.cat([v3], 0)\n    return (v4, v1,)\n")
+    program = Program(src, (torch.tensor([1.5410]), torch.tensor([-0.2934])))
+    check_program(program, dynamo_graph(program, grad=True), grad=True)

@@ -226,10 +226,14 @@ def _eager_runs(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> bool:
 
 
 def _within_guards(graph: torch.fx.GraphModule, args: tuple[torch.Tensor, ...]) -> bool:
-    """Do these inputs satisfy the guards Dynamo put on the graph's symbolic sizes?"""
+    """Do these inputs satisfy the guards Dynamo put on the graph's symbolic sizes? Not where
+    a guard cannot be evaluated on them (a size divided by one that resizing made 0; seed 606)."""
     fakes = [val(n) for n in graph.graph.nodes if n.op == "placeholder"]
     env = fakes[0].fake_mode.shape_env if fakes and isinstance(fakes[0], FakeTensor) else None
-    return env is not None and env.evaluate_guards_for_args(fakes, list(args))
+    try:
+        return env is not None and env.evaluate_guards_for_args(fakes, list(args))
+    except ZeroDivisionError:
+        return False
 
 
 def _seeded(fn: torch.nn.Module, args: list[torch.Tensor]) -> Any:
