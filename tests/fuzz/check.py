@@ -185,8 +185,7 @@ def check_backward(program: Program) -> bool:
         aot = aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm), bw_compiler=bw,
                            decompositions=decompositions)
         torch._dynamo.reset()
-        return torch.compile(model, backend=lambda gm, inputs: aot(optimize_graph(gm)[0] if optimized else gm, inputs),
-                             fullgraph=True)
+        return _Compiled(model, lambda gm, inputs: aot(optimize_graph(gm)[0] if optimized else gm, inputs))
 
     if _RANDOM.search(program.source):
         plain = pytree.tree_leaves(_seeded(compiled(False), _example(program, True)))
@@ -197,8 +196,20 @@ def check_backward(program: Program) -> bool:
     got = pytree.tree_leaves(_seeded(compiled(True), args_g))
     for i, (e, g) in enumerate(zip(expected, got, strict=True)):
         torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
-    _check_grads(expected, args_e, got, args_g)
+    _check_grads(expected, args_e, got, args_g, (model, compiled(True)))
     return True
+
+
+class _Compiled(torch.nn.Module):
+    """``inner`` under ``torch.compile`` with ``backend``, compiled at the call: a copy of it in
+    float64 (:func:`_check_grads`) is compiled, and optimized, as itself."""
+
+    def __init__(self, inner: torch.nn.Module, backend: Any) -> None:
+        super().__init__()
+        self.inner, self.backend = inner, backend
+
+    def forward(self, *args: Any) -> Any:
+        return torch.compile(self.inner, backend=self.backend, fullgraph=True)(*args)
 
 
 def _returns_a_view_and_its_detach(graph: torch.fx.GraphModule | None) -> bool:
