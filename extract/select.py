@@ -85,8 +85,8 @@ def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, 
     if extractor == "greedy":
         return greedy, info
     solved, result = ilp.extract(graph, roots, cost, greedy, time_limit)
-    totals = {"greedy": model.total(extracted_dag(graph, greedy, roots, facts)),
-              "ilp": model.total(extracted_dag(graph, solved, roots, facts))}
+    totals = {"greedy": model.total(extracted_dag(graph, greedy, roots, facts))}
+    totals["ilp"] = totals["greedy"] if solved is greedy else model.total(extracted_dag(graph, solved, roots, facts))
     # The node-local costs the ILP minimizes only approximate the model's own figure where the
     # model simulates fusion (inductor): by that figure, extraction never returns worse than greedy.
     ex = solved if totals["ilp"] <= totals["greedy"] else greedy

@@ -50,10 +50,11 @@ def alias_identity_dropouts(graph: fx.Graph) -> None:
     not, and the dropout's is kept (seed 606)."""
     stale: set[Any] = set()  # the fresh storages Dynamo gave such dropouts
     for node in graph.nodes:
-        if stale and node.op in ("call_function", "call_method") and any(
-                storage_key(t) in stale for t in pytree.tree_leaves(val(node))):
+        if node.op not in ("call_function", "call_method"):
+            continue
+        if stale and any(storage_key(t) in stale for t in pytree.tree_leaves(val(node))):
             fake_run(node)  # a view of one: its value again, from the input's
-        x = identity_dropout(node) if node.op in ("call_function", "call_method") else None
+        x = identity_dropout(node)
         if (x is not None and (key := storage_key(val(node))) is not None and key != storage_key(val(x))
                 and val(node).requires_grad == val(x).requires_grad):
             stale.add(key)

@@ -1,7 +1,5 @@
 """Cost models: eager launches, Inductor's fused kernels (checked against Inductor itself), bytes."""
 
-import re
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -57,9 +55,6 @@ def test_inductor_model_cat_rules_per_device():
     assert KernelCost(registry).total(dag) == 5  # eager: 4 relus and the cat
 
 
-_EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
-
-
 def _batched(x, a, b, c):  # a batched layer's stack of weights: the backend scatters it, one kernel
     return torch.bmm(x, torch.stack([a, b, c]).transpose(1, 2))
 
@@ -85,12 +80,8 @@ def _one_piece_two_stacks(x):  # each piece is copied into both stacks by one lo
 
 def test_inductor_model_matches_inductor_on_cpu():
     """The prediction is Inductor's own count: kernel objects and extern calls, compiled as the
-    backend compiles (its post-grad pass scatters stacks of weights)."""
-    from torch._inductor import metrics
-    from torch._inductor.utils import run_and_get_code
-
-    from optimus_egg.backend import BackwardPass
-    from optimus_egg.pipeline import Options
+    backend compiles (its post-grad pass scatters stacks of weights; ``calibrate.measure``)."""
+    from optimus_egg.bench.calibrate import measure
 
     x = torch.randn(8, 16)
     w = torch.randn(16, 16)
@@ -113,14 +104,9 @@ def test_inductor_model_matches_inductor_on_cpu():
              (lambda x: torch.relu(torch.cat([x @ w for w in W3], 1)), (x,), 3),
              (_one_piece_two_stacks, (x,), 4)]
     for fn, inputs, objects in cases:
-        torch._dynamo.reset()
-        metrics.reset()
-        with (torch._inductor.config.patch(fx_graph_cache=False, post_grad_custom_post_pass=BackwardPass(Options())),
-              torch.no_grad()):
-            _, codes = run_and_get_code(torch.compile(Fn(fn), backend="inductor"), *inputs)
-        extern = sum(len(_EXTERN.findall(c[c.find("def call("):])) for c in codes)
+        measured = measure(Fn(fn), inputs)
         got = predict(fn, *inputs)
-        assert (got.objects, got.extern) == (metrics.generated_kernel_count, extern)
+        assert (got.objects, got.extern) == (measured["objects"], measured["extern"])
         assert objects is None or got.objects == objects  # (the cases mean what they say)
 
 

@@ -193,10 +193,11 @@ def check_backward(program: Program) -> bool:
             torch.testing.assert_close(plain, expected, equal_nan=True)
         except AssertionError:
             return False
-    got = pytree.tree_leaves(_seeded(compiled(True), args_g))
+    optimized = compiled(True)
+    got = pytree.tree_leaves(_seeded(optimized, args_g))
     for i, (e, g) in enumerate(zip(expected, got, strict=True)):
         torch.testing.assert_close(g, e, equal_nan=True, msg=lambda m, i=i: f"output {i}: {m}")
-    _check_grads(expected, args_e, got, args_g, (model, compiled(True)))
+    _check_grads(expected, args_e, got, args_g, (model, optimized))
     return True
 
 
