@@ -1,12 +1,13 @@
-"""The fuzzer's own judgement of gradients (``check._check_grads``): rounding passes, a changed
+"""The fuzzer's own judgement (``check._check_grads``, ``check._compare``): rounding passes, a changed
 value does not."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
-from tests.fuzz.check import _check_grads, check_backward, check_program, dynamo_graph
+from tests.fuzz.check import _check_grads, _compare, check_backward, check_program, dynamo_graph
 from tests.fuzz.programs import Program
 from tests.helpers import Fn
 
@@ -75,3 +76,21 @@ def test_a_backward_program_that_crashes_torch_itself_is_not_run():
     src = ("def forward(self, x0, x1):\n    v0 = torch.cat((x0, x0, x0, x0, x0,), 1)\n    v1 = torch.chunk(v0, 4, 1)\n"
            "    v2 = v1[0]\n    v9 = v1[2]\n    v10 = v9.detach()\n    return (v10, v2, v2, v9,)\n")
     assert not check_backward(Program(src, (torch.randn(10, 12), torch.randn(8, dtype=torch.float64))))
+
+
+def _outputs(eager, optimized, x: torch.Tensor) -> None:
+    _compare(Fn(eager), Fn(optimized), (x,), ([], []), grad=False)
+
+
+def test_a_float64_output_of_float32_values_is_judged_at_float32s_tolerance():
+    """Found by the fuzzer (seed 909, split_cat and grad flavours): ``stack`` of gelu'd float32
+    pieces and one piece cast to float64 is float64. The optimizer's one gelu of the whole
+    tensor takes CPU's vectorized loop, eager's gelu of each strided piece the scalar one: 2e-7
+    apart, beyond float64's tolerance (1e-7), within float32's."""
+    x = torch.randn(2, 20000, generator=torch.Generator().manual_seed(0))
+    eager = lambda x: torch.stack([F.gelu(x[:, 0::2]), x[:, 1::2].double()])  # noqa: E731
+    optimized = lambda x: torch.stack([F.gelu(x)[:, 0::2], x[:, 1::2].double()])  # noqa: E731
+    assert not torch.equal(eager(x), optimized(x))
+    _outputs(eager, optimized, x)
+    with pytest.raises(AssertionError, match="output 0"):
+        _outputs(eager, lambda x: optimized(x) * (1 + 1e-5), x)

@@ -282,3 +282,17 @@ def test_empty_split_piece_does_not_blow_up_cat_of_cat():
     report, gm = check(fn, x)
     assert report.stop_reason == "saturated" and report.enodes < 200, report.summary()
     assert "adjacent-slices" not in report.rules_fired
+
+
+def test_empty_slice_of_a_cat_at_a_border_does_not_loop():
+    # Found by the fuzzer (seed 909): [1:1] of cat([relu(x[0:1]), x[1:2]]) is an empty slice of
+    # both pieces, so relu(e) = e, and unary-out-of-slice built relu(relu(...)) until the budget.
+    x = torch.randn(2, 3)
+
+    def fn(x):
+        a, b = torch.unbind(x, 0)
+        both = torch.stack([a.relu(), b], 0)
+        return torch.narrow(both, 0, 1, 0).relu(), both
+
+    report, _ = check(fn, x)
+    assert report.stop_reason == "saturated", report.summary()
