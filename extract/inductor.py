@@ -61,6 +61,7 @@ from optimus_egg.emit import MAX_SCATTERED
 from optimus_egg.extract.cost import _weights, category, list_classes
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, Term
+from optimus_egg.optable import MATMULS
 from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
@@ -79,9 +80,6 @@ TWO_PASS = frozenset({"softmax", "log_softmax"})
 CPU_UNROLLED_OBJECTS = {"softmax": 2, "log_softmax": 4, "layer_norm": 3}
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
 CUDA_POINTWISE_CAT = 8
-#: Matmuls Inductor hands to a library whole: a stack they read needs no loop of Inductor's to
-#: read it (``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm``, but see :meth:`_Simulation._library_operand`).
-LIBRARY_MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})
 
 
 @dataclass
@@ -329,7 +327,7 @@ class _Simulation:
         if kind != "matmul":
             return False
         call = self.model.registry.calls[term.args[0]]
-        if call.name not in LIBRARY_MATMULS:
+        if call.name not in MATMULS:
             return False
         x = tensor_args(term)[0]
         return not (call.name == "linear" and i == 2 and len(self.facts.get(x, ((0, 0), ""))[0]) > 2)

@@ -650,15 +650,6 @@ def _transposed_2d(node: Any) -> fx.Node | None:
 #: 9), and copied, each would be a kernel object on CPU and a launch on a GPU.
 MAX_SCATTERED = 16
 
-#: ATen calls Inductor writes as extern calls (no C++ loop reads their operands), and the views
-#: between a stack and them.
-_EXTERN_MATMULS = frozenset({torch.ops.aten.bmm.default, torch.ops.aten.baddbmm.default,
-                             torch.ops.aten.mm.default, torch.ops.aten.addmm.default})
-_VIEWS = frozenset({torch.ops.aten.view.default, torch.ops.aten.reshape.default, torch.ops.aten.permute.default,
-                    torch.ops.aten.t.default, torch.ops.aten.transpose.int, torch.ops.aten.unsqueeze.default,
-                    torch.ops.aten.squeeze.dim, torch.ops.aten.expand.default})
-
-
 def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """A cat along dim 0 of graph inputs alone (each as it is, of one shape but maybe dim 0, or
     each ``unsqueeze(x, 0)``, of one shape), that only matmuls read (through views) is written
@@ -716,5 +707,9 @@ def _input_piece(node: Any) -> fx.Node | None:
 
 def _only_extern_matmuls(node: fx.Node) -> bool:
     """Is ``node`` read only by matmuls (Inductor's extern calls), through views?"""
-    return bool(node.users) and all(u.target in _EXTERN_MATMULS or (u.target in _VIEWS and _only_extern_matmuls(u))
-                                    for u in node.users)
+    def matmul(u: fx.Node) -> bool:
+        return (op := optable.lookup(u)) is not None and op.name in optable.MATMULS
+
+    return bool(node.users) and all(
+        matmul(u) or (u.op == "call_function" and not optable.launches(u) and _only_extern_matmuls(u))
+        for u in node.users)

@@ -96,6 +96,9 @@ OPS: list[OpDef] = [
         "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",
         "multinomial", "normal", "poisson", "randperm", "rrelu"]}),
 ]
+#: Matmuls a library computes whole (Inductor's extern calls): no loop of Inductor's reads their
+#: operands. ``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm`` in ATen.
+MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})
 _BY_TARGET: dict[Any, OpDef] = {}
 for _op in OPS:
     for _t in _op.targets:

@@ -510,6 +510,21 @@ def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
     torch.testing.assert_close(gm(*inputs), fn(*inputs), rtol=0, atol=0, equal_nan=True)
 
 
+@pytest.mark.parametrize("read", [lambda g, s: torch.bmm(g[1:], s[1:]),  # through a slice
+                                  lambda g, s: torch.bmm(g, torch.ops.aten.alias(s))])
+def test_a_stack_of_inputs_a_bmm_reads_through_any_view_is_scattered(read):
+    """Which calls are views is the op table's to say (``optable.launches``), as for the rest of
+    the emitter: a slice or an alias between the stack and the bmm reads no loop either."""
+    from optimus_egg.emit import scatter_input_stacks
+
+    gm, fn, inputs = _stack_of_inputs(read=read)
+    assert scatter_input_stacks(gm.graph)
+    gm.graph.lint()
+    gm.recompile()
+    assert not gm.graph.find_nodes(op="call_function", target=torch.ops.aten.cat.default)
+    torch.testing.assert_close(gm(*inputs), fn(*inputs), rtol=0, atol=0, equal_nan=True)
+
+
 @pytest.mark.parametrize("case", [
     dict(read=lambda g, s: s * 2),  # a kernel reads the stack: the copies join it
     dict(read=lambda g, s: (torch.bmm(g, s), s)),  # ... or the output returns it
