@@ -10,6 +10,7 @@ import torch
 import torch._inductor.config as inductor_config
 from torch._subclasses.fake_tensor import FakeTensor
 from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from optimus_egg import optimize
 from optimus_egg.optable import bind, static_int, val
@@ -258,11 +259,14 @@ def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch
              params: tuple[list[torch.Tensor], list[torch.Tensor]], grad: bool) -> None:
     eager_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
     opt_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
-    expected, got = _seeded(model, eager_args), _seeded(gm, opt_args)
+    with _Dtypes() as dtypes:
+        expected = _seeded(model, eager_args)
+    got = _seeded(gm, opt_args)
     leaves_e, spec_e = pytree.tree_flatten(expected)
     leaves_g, spec_g = pytree.tree_flatten(got)
     assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
-    computed_in = _least_precise_float([*args, *params[0]])
+    computed_in = max(dtypes.seen | {t.dtype for t in [*args, *params[0]] if t.dtype in _TOLERANCES},
+                      key=lambda d: torch.finfo(d).eps, default=None)
     for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
         torch.testing.assert_close(g, e, equal_nan=True, **_tolerance(e, computed_in),
                                    msg=lambda m, i=i: f"output {i}: {m}")
@@ -284,16 +288,25 @@ _TOLERANCES = {torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5), torc
                torch.float64: (1e-7, 1e-7)}
 
 
-def _least_precise_float(tensors: list[torch.Tensor]) -> torch.dtype | None:
-    floats = [t.dtype for t in tensors if t.is_floating_point() and t.dtype in _TOLERANCES]
-    return max(floats, key=lambda d: torch.finfo(d).eps, default=None)
+class _Dtypes(TorchDispatchMode):
+    """The floating dtypes of the values a program computes (ATen calls' results)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[torch.dtype] = set()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        self.seen.update(t.dtype for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.dtype in _TOLERANCES)
+        return out
 
 
 def _tolerance(t: Any, computed_in: torch.dtype | None) -> dict[str, float]:
     """A float64 output made of float32 values carries float32's rounding: a kernel may round
     otherwise on another layout (CPU's vectorized ``gelu`` of a whole tensor and its scalar loop
     over a strided piece differ by 7e-7; seed 909). Judged at the tolerance of the least precise
-    floating dtype among the inputs and buffers where that is coarser than its own."""
+    floating dtype the program's inputs, buffers and computed values have, where that is coarser
+    than its own."""
     if not isinstance(t, torch.Tensor) or not t.is_floating_point() or computed_in is None or t.dtype not in _TOLERANCES:
         return {}
     rtol, atol = _TOLERANCES[max(t.dtype, computed_in, key=lambda d: torch.finfo(d).eps)]

@@ -94,3 +94,15 @@ def test_a_float64_output_of_float32_values_is_judged_at_float32s_tolerance():
     _outputs(eager, optimized, x)
     with pytest.raises(AssertionError, match="output 0"):
         _outputs(eager, lambda x: optimized(x) * (1 + 1e-5), x)
+
+
+def test_a_float32_output_of_half_values_is_judged_at_halfs_tolerance():
+    """As above, where the program casts down inside: the float16 values a float32 output holds
+    carry float16's rounding (here two products against one), though every input is float32."""
+    x = torch.randn(2, 20000, generator=torch.Generator().manual_seed(0))
+    eager = lambda x: torch.cat([x[:, 0::2].half() * 3 * 7, x[:, 1::2]])  # noqa: E731
+    optimized = lambda x: torch.cat([(x.half() * 21)[:, 0::2], x[:, 1::2]])  # noqa: E731
+    assert not torch.equal(eager(x), optimized(x))
+    _outputs(eager, optimized, x)
+    with pytest.raises(AssertionError, match="output 0"):
+        _outputs(eager, lambda x: optimized(x) * (1 + 1e-2), x)
