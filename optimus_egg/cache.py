@@ -1,13 +1,16 @@
 """Recompiling an identical graph does not run saturation again.
 
 Dynamo recompiles the same graph often (a guard failure, a second model instance, a new
-process step that re-traces): the key is a canonical serialization of everything the search
-depends on, i.e. the translated term DAG (terms are interned, so identical graphs give identical
-terms: the DAG is named by its roots, see :func:`key`), the shape/dtype facts, the calls behind
-the ``Op``/``Unary``/``Binary`` keys, the output structure, the device (the cost models count its
-kernels) and the options. The value is the search's result (the
-frozen e-graph, the extraction, the Ref names), kept in an in-process LRU; the FX graph is
-emitted again from the new translation, so it reads the new graph's own placeholders.
+process step that re-traces): the key is a digest of everything the search depends on, i.e. the
+translated term DAG and its shape/dtype facts as the e-graph's rows (:func:`egraph.rows`: terms
+numbered by their place in the DAG, so identical graphs give identical rows), the roots, the
+calls behind the ``Op``/``Unary``/``Binary`` keys, the output structure, the device (the cost
+models count its kernels) and the options. The value is the search's result (the frozen
+e-graph, the extraction), kept in an in-process LRU; the FX graph is emitted again from the new
+translation, so it reads the new graph's own placeholders, and its terms get the same numbers.
+An entry holds ints, strings and tuples of them: the cyclic collector stops tracking them, so
+cached graphs add nothing to its passes over the heap (the terms an entry once kept alive were
+141K tracked objects for the 600-block chain's forward).
 
 A call whose constants are not plain values (a tensor, an arbitrary object: their ``repr`` does
 not identify them) makes the graph uncacheable; it is then always searched.
@@ -19,11 +22,11 @@ import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
-from optimus_egg.egraph import Frozen
+from optimus_egg.egraph import ENode, Frozen, Rows
 from optimus_egg.extract.greedy_dag import Extraction
 from optimus_egg.extract.select import device_of
 from optimus_egg.frontend import Translation
@@ -38,10 +41,21 @@ _PLAIN = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.la
 
 @dataclass
 class Entry:
-    frozen: Frozen
+    """A search's result. E-nodes are kept as plain tuples: the collector stops tracking a tuple
+    of ints and strings, not a NamedTuple (``ENode``)."""
+
+    nodes: tuple[tuple[Any, ...], ...]
+    classes: dict[int, Sequence[int]]
+    refs: dict[int, int]
     extraction: Extraction
-    names: dict[Term, int]  # also keeps the interned terms alive, so a re-translation reuses them
     report: dict[str, Any] = field(default_factory=dict)  # the search's report fields
+
+    @classmethod
+    def of(cls, frozen: Frozen, extraction: Extraction, report: dict[str, Any]) -> "Entry":
+        return cls(tuple(tuple(n) for n in frozen.nodes), frozen.classes, frozen.refs, extraction, report)
+
+    def frozen(self) -> Frozen:
+        return Frozen([ENode._make(n) for n in self.nodes], self.classes, self.refs)
 
 
 _entries: OrderedDict[str, Entry] = OrderedDict()
@@ -56,22 +70,19 @@ def _plain(x: Any) -> bool:
     return isinstance(x, _PLAIN)
 
 
-def key(tr: Translation, options: Any, roots: list[Term]) -> str | None:
-    """The cache key of a translated graph under ``options`` (None: not cacheable).
-
-    Terms are named by identity. They are interned, so equal terms are one object while any of
-    them lives, and an entry keeps every term its graph was built from alive (``Entry.names``):
-    a live term at an address that a cached key names is that very term, with its whole DAG.
-    (Serializing the DAG term by term took 3/4 of the key's time: ~8 ms for 4K terms.)"""
+def key(tr: Translation, dag: Rows, options: Any, roots: list[Term]) -> str | None:
+    """The cache key of a translated graph, its rows ``dag``, under ``options`` (None: not cacheable)."""
     h = hashlib.sha256()
-    h.update(f"roots {[id(t) for t in roots]}\n".encode())
-    h.update("".join(f"fact {id(term)} {shape} {dtype}\n" for term, shape, dtype in tr.facts).encode())
+    for name, table in dag.tables.items():
+        h.update(f"{name} {len(table)}\n".encode())
+        h.update("\n".join(table).encode())
+    h.update(f"\nroots {[dag.ids[t] for t in roots]}\n".encode())
     for name, call in tr.registry.calls.items():
         if not _plain([x for x in call.leaves if type(x).__name__ != "Slot"]):
             return None
         h.update(f"call {name} {call.op} {call.target!r} {call.spec} {call.leaves!r} {call.constructor} "
                  f"{call.cost}\n".encode())
-    outs = [f"@{id(x)}" if isinstance(x, Term) else repr(x) for x in tr.outputs]
+    outs = [f"@{dag.ids[x]}" if isinstance(x, Term) else repr(x) for x in tr.outputs]
     if not _plain([x for x in tr.outputs if not isinstance(x, Term)]):
         return None
     h.update(f"out {outs} {tr.output_spec} {len(tr.inputs)}\n".encode())

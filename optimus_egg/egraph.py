@@ -159,7 +159,7 @@ class Frozen:
     """A snapshot of the e-graph: classes of e-nodes over our constructors."""
 
     nodes: list[ENode]
-    classes: dict[int, list[int]]
+    classes: dict[int, Sequence[int]]
     refs: dict[int, int]  # Ref id (see EGraph.add) -> class id
 
 
@@ -255,6 +255,86 @@ def check_rules(families: list[Family]) -> None:
     raise ValueError(f"egglog rejects the rules of families {[f.name for f in families]}: {whole}")
 
 
+@dataclass
+class Rows:
+    """A term DAG as the e-graph's table rows. Terms are numbered (their Ref ids) operands first,
+    from the roots in order, then the facts' terms; a row names terms by these numbers alone, so
+    two graphs of equal rows are one search (the cache's key, :mod:`optimus_egg.cache`)."""
+
+    ids: dict[Term, int]
+    tables: dict[str, list[str]]
+    counts: dict[str, int]  # terms per constructor (see EGraph._check_rows)
+
+
+def rows(roots: Sequence[Term], facts: Sequence[tuple[Term, list[int | None], str]],
+         outputs: Sequence[Term] = ()) -> Rows:
+    """The rows of ``roots`` (and their subterms) and their shape/dtype facts. ``outputs``: the
+    terms the graph returns as tensors of their own (``output`` is 1)."""
+    out = Rows({}, {name: [] for name in _LOADERS}, {op: 0 for op in CONSTRUCTORS})
+    heights: dict[Term, int] = {}
+    for root in roots:
+        _number(root, out, heights)
+    for term, shape, dtype in facts:
+        i = _number(term, out, heights)
+        out.tables["rank-row"].append(f"{i}\t{len(shape)}")
+        out.tables["size-row"].extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
+        out.tables["dtype-row"].append(f"{i}\t{_field(dtype)}")
+    _depths(out)
+    out.tables["output-row"].extend(str(out.ids[t]) for t in outputs)
+    return out
+
+
+def _number(root: Term, out: Rows, heights: dict[Term, int]) -> int:
+    """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep)."""
+    ids, tables = out.ids, out.tables
+    if root in ids:
+        return ids[root]
+    stack: list[tuple[Term, bool]] = [(root, False)]
+    while stack:
+        term, ready = stack.pop()
+        if term in ids:
+            continue
+        if not ready:
+            kids = [a for a in term.args if isinstance(a, Term) and a not in ids]
+            if kids:
+                stack.append((term, True))
+                stack.extend((k, False) for k in kids)
+                continue
+        i = ids[term] = len(ids)
+        # height: the longest chain of T terms down to an input (lists add nothing); a term
+        # never depends on one of equal height, so rules may group those as independent
+        cols, height = [str(i)], 0
+        for a in term.args:
+            if isinstance(a, Term):
+                cols.append(str(ids[a]))
+                height = max(height, heights[a])
+            else:
+                cols.append(_field(a))
+        tables[term.op + "-row"].append("\t".join(cols))
+        if CONSTRUCTORS_SORT[term.op] == "T":
+            height += 1
+            tables["pos-row"].append(str(i))
+            tables["height-row"].append(f"{i}\t{height}")
+        heights[term] = height
+        out.counts[term.op] += 1
+    return ids[root]
+
+
+def _depths(out: Rows) -> None:
+    """depth: the longest chain of T terms up to an output (lists add nothing). Like height,
+    a term never depends on one of equal depth; unlike height, the terms a graph only returns
+    (a backward's weight gradients, computed at every height) share one."""
+    depths: dict[Term, int] = {}
+    for term, i in reversed(out.ids.items()):  # ids number operands first: readers come first
+        d = depths.get(term, 0)
+        step = 1 if CONSTRUCTORS_SORT[term.op] == "T" else 0
+        for a in term.args:
+            if isinstance(a, Term) and depths.get(a, -1) < d + step:
+                depths[a] = d + step
+        if step:
+            out.tables["depth-row"].append(f"{i}\t{d}")
+
+
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
         rules = [_rule_text(fam, r) for fam in families for r in fam.rules]
@@ -262,9 +342,6 @@ class EGraph:
         program = "\n".join((DECLARATIONS, *_REFS, *decls, *_RULESETS, *rules, *_LOADERS.values()))
         self._eg = _lend(program)
         weakref.finalize(self, _give_back, program, self._eg, threading.get_ident()).atexit = False
-        self._ids: dict[Term, int] = {}
-        self._heights: dict[Term, int] = {}  # see _number
-        self._counts: dict[str, int] = {op: 0 for op in CONSTRUCTORS}
         self._seed_matches: dict[str, int] = {}  # reported with saturation's
         self._load_seconds = 0.0  # what the first round is expected to take (see saturate)
 
@@ -272,99 +349,37 @@ class EGraph:
         program = "\n".join(texts)
         return self._eg.run_program(*self._eg.parse_program(program))
 
-    def add(self, roots: list[Term], facts: list[tuple[Term, list[int | None], str]],
-            outputs: Sequence[Term] = ()) -> dict[Term, int]:
-        """Insert terms (and their subterms) and their shape/dtype facts; return their Ref ids.
-        ``outputs``: the terms the graph returns as tensors of their own (``output`` is 1).
+    def add(self, rows: Rows) -> None:
+        """Insert a term DAG's rows (:func:`rows`) and settle the seed rules.
 
         Rows go in as tables, not commands: each top-level egglog command costs time that grows
         with the e-graph (building 600 blocks one ``union`` at a time took seconds), while
         ``input`` of a tab-separated file plus one loader rule per constructor (``_LOADERS``)
         inserts every row in one set-at-a-time step.
         """
-        tables: dict[str, list[str]] = {name: [] for name in _LOADERS}
-        for root in roots:
-            self._number(root, tables)
-        for term, shape, dtype in facts:
-            i = self._number(term, tables)
-            tables["rank-row"].append(f"{i}\t{len(shape)}")
-            tables["size-row"].extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
-            tables["dtype-row"].append(f"{i}\t{_field(dtype)}")
-        self._depths(tables)
-        tables["output-row"].extend(str(self._ids[t]) for t in outputs)
         with tempfile.TemporaryDirectory(prefix="optimus_egg_") as tmp:
             inputs = []
-            for name, rows in tables.items():
-                if rows:
+            for name, table in rows.tables.items():
+                if table:
                     path = os.path.join(tmp, f"{name}.tsv")
                     with open(path, "w") as f:
-                        f.write("\n".join(rows) + "\n")
+                        f.write("\n".join(table) + "\n")
                     inputs.append(f'(input {name} "{path}")')
             began = time.perf_counter()
             self._run(*inputs, f"(run {_LOAD} 1)")
             self._load_seconds += time.perf_counter() - began
-        self._check_rows()
+        self._check_rows(rows.counts)
         _count(self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report, self._seed_matches)
-        return self._ids
-
-    def _number(self, root: Term, tables: dict[str, list[str]]) -> int:
-        """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep)."""
-        ids, heights = self._ids, self._heights
-        if root in ids:
-            return ids[root]
-        stack: list[tuple[Term, bool]] = [(root, False)]
-        while stack:
-            term, ready = stack.pop()
-            if term in ids:
-                continue
-            if not ready:
-                kids = [a for a in term.args if isinstance(a, Term) and a not in ids]
-                if kids:
-                    stack.append((term, True))
-                    stack.extend((k, False) for k in kids)
-                    continue
-            i = ids[term] = len(ids)
-            # height: the longest chain of T terms down to an input (lists add nothing); a term
-            # never depends on one of equal height, so rules may group those as independent
-            cols, height = [str(i)], 0
-            for a in term.args:
-                if isinstance(a, Term):
-                    cols.append(str(ids[a]))
-                    height = max(height, heights[a])
-                else:
-                    cols.append(_field(a))
-            tables[term.op + "-row"].append("\t".join(cols))
-            if CONSTRUCTORS_SORT[term.op] == "T":
-                height += 1
-                tables["pos-row"].append(str(i))
-                tables["height-row"].append(f"{i}\t{height}")
-            heights[term] = height
-            self._counts[term.op] += 1
-        return ids[root]
-
-    def _depths(self, tables: dict[str, list[str]]) -> None:
-        """depth: the longest chain of T terms up to an output (lists add nothing). Like height,
-        a term never depends on one of equal depth; unlike height, the terms a graph only returns
-        (a backward's weight gradients, computed at every height) share one."""
-        depths: dict[Term, int] = {}
-        for term, i in reversed(self._ids.items()):  # ids number operands first: readers come first
-            d = depths.get(term, 0)
-            step = 1 if CONSTRUCTORS_SORT[term.op] == "T" else 0
-            for a in term.args:
-                if isinstance(a, Term) and depths.get(a, -1) < d + step:
-                    depths[a] = d + step
-            if step:
-                tables["depth-row"].append(f"{i}\t{d}")
 
     def _sizes(self) -> dict[str, int]:
         """Rows per table."""
         return dict(self._run("(print-size)")[0].sizes)
 
-    def _check_rows(self) -> None:
+    def _check_rows(self, counts: dict[str, int]) -> None:
         """egglog 13.2 can silently merge distinct terms that differ in literals (seen with
         let-bound terms); never optimize on a graph that lost one."""
         sizes = self._sizes()
-        for op, expected in self._counts.items():
+        for op, expected in counts.items():
             if sizes.get(op, 0) != expected:
                 raise RuntimeError(f"egglog kept {sizes.get(op, 0)} {op} rows for {expected} distinct "
                                    "terms (engine bug); refusing to optimize this graph")
@@ -450,4 +465,5 @@ class EGraph:
                 else:
                     members.append(len(nodes))
                 nodes.append(ENode(name, children, eclass))
-        return Frozen(nodes, classes, refs)
+        # tuples of ints: the collector stops tracking them, and the cache keeps snapshots for long
+        return Frozen(nodes, {c: tuple(members) for c, members in classes.items()}, refs)

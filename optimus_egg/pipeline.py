@@ -24,7 +24,7 @@ import torch
 import torch.fx as fx
 
 from optimus_egg import cache, draws, fake_values, modes, optable, rewrites
-from optimus_egg.egraph import Budget, EGraph, Frozen, check_rules
+from optimus_egg.egraph import Budget, EGraph, Frozen, Rows, check_rules, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
@@ -101,13 +101,14 @@ class Costs(Mapping[str, tuple[float, float]]):
     """Every cost model's (before, after), each model's figured on its first read. The search
     needs only the chosen model's; the others are for whoever reads them (``explain``, the
     benchmarks), and figuring them on every compile cost 2/3 of the cost phase (the Inductor
-    simulation of the graph as translated: ~15 of ~23 ms on the 100-block chain). Read-only, so
-    a copy (the cache's) is the object itself; the graphs are let go once every model is read."""
+    simulation of the graph as translated: ~15 of ~23 ms on the 100-block chain). The graphs
+    come from ``dags`` at the first read (a cached graph's are made again only if one is read)
+    and are let go once every model is read. Read-only, so a copy is the object itself."""
 
-    def __init__(self, models: Mapping[str, CostModel], before: Dag, after: Dag) -> None:
+    def __init__(self, models: Mapping[str, CostModel], dags: Callable[[], tuple[Dag, Dag]]) -> None:
         self._names = tuple(models)
         self._models: dict[str, CostModel] = dict(models)
-        self._dags: tuple[Dag, Dag] | None = (before, after)
+        self._dags: Callable[[], tuple[Dag, Dag]] | tuple[Dag, Dag] | None = dags  # the graphs, once made
         self._figures: dict[str, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
@@ -116,6 +117,8 @@ class Costs(Mapping[str, tuple[float, float]]):
             if name not in self._figures:
                 model = self._models[name]  # KeyError for a name that is not a model
                 assert self._dags is not None  # dropped only once every figure is in
+                if callable(self._dags):
+                    self._dags = self._dags()
                 before, after = self._dags
                 self._figures[name] = (model.total(before), model.total(after))
                 if len(self._figures) == len(self._names):
@@ -275,17 +278,21 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     extra = [tr.effects] if tr.effects is not None else []
     weights = weights_for(options.cost_profile, select.device_of(tr)) if options.cost_profile else None
     fams = rewrites.families(options.families)
-    key = cache.key(tr, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
+    dag = rows(roots + extra, tr.facts, [] if disjoint_outputs else roots)
+    names = dag.ids
+    key = cache.key(tr, dag, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
                     roots + extra)
     hit = cache.get(key)
+    device = select.device_of(tr)
+    models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
     if hit is None:
-        frozen, ex, names = _search(tr, fams, roots + extra, [] if disjoint_outputs else roots, options, weights,
-                                    report, phase)
-        cache.put(key, cache.Entry(frozen, ex, names, {k: copy.deepcopy(getattr(report, k)) for k in _SEARCH}))
+        frozen, ex = _search(tr, fams, dag, roots + extra, options, models, report, phase)
+        cache.put(key, cache.Entry.of(frozen, ex, {k: copy.deepcopy(getattr(report, k)) for k in _SEARCH}))
     else:
-        frozen, ex, names = hit.frozen, hit.extraction, hit.names
+        frozen, ex = hit.frozen(), hit.extraction
         for k, v in hit.report.items():
             setattr(report, k, copy.deepcopy(v))
+        report.costs = Costs(models, functools.partial(_dags, tr, frozen, ex, names, roots + extra))
         report.cache_hit = True
         phase("cache")
     cheaper = _cheaper(report, gm)
@@ -375,20 +382,17 @@ def _loose_slices(gm: fx.GraphModule) -> int:
 
 
 #: The report fields the search fills (and the cache restores).
-_SEARCH = ("kernels_before", "kernels_after", "cost_model", "costs", "cat_inputs", "extraction", "enodes",
-           "eclasses", "iterations", "stop_reason", "rules_fired", "extractor")
+_SEARCH = ("kernels_before", "kernels_after", "cost_model", "cat_inputs", "extraction", "enodes", "eclasses",
+           "iterations", "stop_reason", "rules_fired", "extractor")
 
 
-def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], distinct: list[Term], options: Options,
-            weights: dict[str, float] | None, report: Report, phase: Callable[[str], None]
-            ) -> tuple[Frozen, Extraction, dict[Term, int]]:
-    """Build, saturate and extract: everything the cache saves. ``distinct``: the outputs that
-    must stay tensors of their own."""
+def _search(tr: Translation, fams: list[rewrites.Family], dag: Rows, roots: list[Term], options: Options,
+            models: dict[str, CostModel], report: Report, phase: Callable[[str], None]) -> tuple[Frozen, Extraction]:
+    """Build, saturate, extract ``roots`` and price the result: the e-graph, the extraction and
+    the report's figures (``_SEARCH``) are what the cache saves."""
     egraph = EGraph(fams)
-    names = egraph.add(roots, tr.facts, distinct)
+    egraph.add(dag)
     phase("build")
-    device = select.device_of(tr)
-    models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
     before = select.translated(tr)
     stats = egraph.saturate(options.budget)
     report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
@@ -396,19 +400,29 @@ def _search(tr: Translation, fams: list[rewrites.Family], roots: list[Term], dis
     phase("saturate")
     frozen = egraph.freeze()
     report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
-    classes = [frozen.refs[names[t]] for t in roots]
-    facts = class_facts(frozen, select.seed_facts(tr, names, frozen))
+    classes = [frozen.refs[dag.ids[t]] for t in roots]
+    facts = class_facts(frozen, select.seed_facts(tr, dag.ids, frozen))
     ex, report.extraction = select.extract(frozen, classes, models[options.cost_model], facts, options.extractor,
                                            options.ilp_seconds, tr.registry)
     report.extractor = ex.method
     phase("extract")
     after = select.extracted_dag(frozen, ex, classes, facts)
-    report.costs = Costs(models, before, after)
+    report.costs = Costs(models, lambda: (before, after))
     report.cost_model = options.cost_model
     report.kernels_before, report.kernels_after = report.costs[options.cost_model]
     report.cat_inputs = (_cat_inputs(before), _cat_inputs(after))
     phase("cost")
-    return frozen, ex, names
+    return frozen, ex
+
+
+def _dags(tr: Translation, frozen: Frozen, ex: Extraction, names: dict[Term, int], roots: list[Term]
+          ) -> tuple[Dag, Dag]:
+    """The graph as translated and as extracted, as :func:`_search` prices them: the other cost
+    models' figures of a cached graph, figured when read (an entry keeps no terms,
+    :mod:`optimus_egg.cache`)."""
+    classes = [frozen.refs[names[t]] for t in roots]
+    facts = class_facts(frozen, select.seed_facts(tr, names, frozen))
+    return select.translated(tr), select.extracted_dag(frozen, ex, classes, facts)
 
 
 def _cat_inputs(dag: Dag) -> int:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from optimus_egg import rewrites
-from optimus_egg.egraph import Budget, EGraph, check_rules
+from optimus_egg.egraph import Budget, EGraph, check_rules, rows
 from optimus_egg.ir import Term, as_list
 from optimus_egg.pipeline import Options, optimize_graph, capture
 from tests.helpers import Fn
@@ -18,7 +18,7 @@ def test_build_keeps_every_distinct_term():
     pieces = [Term("Unary", ("tanh#0", Term("Sl", (x, 1, s, 8)))) for s in range(0, 64, 8)]
     root = Term("Cat", (as_list(pieces, 1),))
     eg = EGraph(rewrites.families([]))
-    eg.add([root], [(x, [4, 64], "float32")])
+    eg.add(rows([root], [(x, [4, 64], "float32")]))
     frozen = eg.freeze()
     slices = {n.children for n in frozen.nodes if n.op == "Sl"}
     assert {c[2] for c in slices} == set(range(0, 64, 8))
@@ -63,7 +63,7 @@ def _blocks(n):
         x = Term("Cat", (as_list(pieces, 1),))
         facts.append((x, [4, 64], "float32"))
     eg = EGraph(rewrites.families())
-    eg.add([x], facts)
+    eg.add(rows([x], facts))
     return eg
 
 
@@ -104,10 +104,10 @@ def test_tiny_time_budget_on_a_large_graph():
 def test_build_loads_string_literals_and_rejects_separators():
     x = Term("Input", (0,))
     eg = EGraph(rewrites.families([]))
-    eg.add([Term("Unary", ("relu#0", x))], [(x, [4, 8], "torch.float32")])
+    eg.add(rows([Term("Unary", ("relu#0", x))], [(x, [4, 8], "torch.float32")]))
     assert {n.children[0] for n in eg.freeze().nodes if n.op == "Unary"} == {"relu#0"}
     with pytest.raises(ValueError, match="unsupported character"):
-        EGraph(rewrites.families([])).add([Term("Unary", ("re\tlu", x))], [])
+        EGraph(rewrites.families([])).add(rows([Term("Unary", ("re\tlu", x))], []))
 
 
 def test_a_rule_with_an_unknown_stage_is_refused(tmp_path):
@@ -163,18 +163,18 @@ def test_an_engine_is_reused_as_it_was_after_the_program():
     second = Term("Unary", ("tanh#0", Term("Sl", (x, 1, 8, 8))))
     fams = rewrites.families()
     eg = EGraph(fams)
-    eg.add([first], [(x, [4, 64], "float32")])
+    eg.add(rows([first], [(x, [4, 64], "float32")]))
     eg.saturate(Budget())
     used = eg._eg
     del eg
     reused = EGraph(fams)
     assert reused._eg is used
-    reused.add([second], [(x, [4, 64], "float32")])
+    reused.add(rows([second], [(x, [4, 64], "float32")]))
     reused.saturate(Budget())
     engine._idle().clear()  # the next EGraph gets a fresh engine
     fresh = EGraph(fams)
     assert fresh._eg is not used
-    fresh.add([second], [(x, [4, 64], "float32")])
+    fresh.add(rows([second], [(x, [4, 64], "float32")]))
     fresh.saturate(Budget())
     a, b = reused.freeze(), fresh.freeze()
     assert {n.children[0] for n in a.nodes if n.op == "Unary"} == {"tanh#0"}
@@ -192,7 +192,7 @@ def test_engines_stay_in_their_thread():
 
     def build():
         eg = EGraph(fams)
-        eg.add([Term("Unary", ("relu#0", x))], [(x, [4, 8], "float32")])
+        eg.add(rows([Term("Unary", ("relu#0", x))], [(x, [4, 8], "float32")]))
         out.append({n.op for n in eg.freeze().nodes})
 
     worker = threading.Thread(target=build)
