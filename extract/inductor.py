@@ -61,8 +61,7 @@ from optimus_egg.emit import MAX_SCATTERED
 from optimus_egg.extract.cost import _weights, category, list_classes
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, Term
-from optimus_egg.optable import MATMULS
-from optimus_egg.optable import FREE_CONSTRUCTORS, Registry, Slot
+from optimus_egg.optable import FREE_CONSTRUCTORS, MATMULS, Registry, Slot
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,

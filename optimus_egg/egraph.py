@@ -160,7 +160,7 @@ class Frozen:
 
     nodes: list[ENode]
     classes: dict[int, Sequence[int]]
-    refs: dict[int, int]  # Ref id (see EGraph.add) -> class id
+    refs: dict[int, int]  # Ref id (see rows) -> class id
 
 
 #: Idle engines per thread, by program (see _lend); a thread keeps the last few programs it ran.

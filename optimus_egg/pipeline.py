@@ -28,7 +28,7 @@ from optimus_egg.egraph import Budget, EGraph, Frozen, Rows, check_rules, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
-from optimus_egg.extract.dag import Dag, class_facts
+from optimus_egg.extract.dag import Dag, Fact, class_facts
 from optimus_egg.extract.tune import load_profile, weights_for
 from optimus_egg.frontend import Translation, translate
 from optimus_egg.ir import Term
@@ -400,8 +400,7 @@ def _search(tr: Translation, fams: list[rewrites.Family], dag: Rows, roots: list
     phase("saturate")
     frozen = egraph.freeze()
     report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
-    classes = [frozen.refs[dag.ids[t]] for t in roots]
-    facts = class_facts(frozen, select.seed_facts(tr, dag.ids, frozen))
+    classes, facts = _classes(tr, frozen, dag.ids, roots)
     ex, report.extraction = select.extract(frozen, classes, models[options.cost_model], facts, options.extractor,
                                            options.ilp_seconds, tr.registry)
     report.extractor = ex.method
@@ -420,9 +419,14 @@ def _dags(tr: Translation, frozen: Frozen, ex: Extraction, names: dict[Term, int
     """The graph as translated and as extracted, as :func:`_search` prices them: the other cost
     models' figures of a cached graph, figured when read (an entry keeps no terms,
     :mod:`optimus_egg.cache`)."""
-    classes = [frozen.refs[names[t]] for t in roots]
-    facts = class_facts(frozen, select.seed_facts(tr, names, frozen))
+    classes, facts = _classes(tr, frozen, names, roots)
     return select.translated(tr), select.extracted_dag(frozen, ex, classes, facts)
+
+
+def _classes(tr: Translation, frozen: Frozen, names: dict[Term, int], roots: list[Term]
+             ) -> tuple[list[int], dict[int, Fact]]:
+    """The roots' e-classes, and the shape/dtype facts of every class."""
+    return [frozen.refs[names[t]] for t in roots], class_facts(frozen, select.seed_facts(tr, names, frozen))
 
 
 def _cat_inputs(dag: Dag) -> int:
