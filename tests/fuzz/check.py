@@ -108,8 +108,9 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     writes), which inputs and outputs each output aliases, and with ``grad`` the inputs'
     gradients of a random weighted sum of the outputs (the graph should then be captured from
     inputs that require grad: ``fx.symbolic_trace`` records no grad flags, Dynamo does). A graph
-    with symbolic sizes is also run
-    on inputs of other sizes (those Dynamo's guards on the graph admit)."""
+    with symbolic sizes is also run on inputs of other sizes (those Dynamo's guards on the graph
+    admit). A second ``optimize`` of the graph, mostly served from the cache, must return the
+    same graph."""
     model = program.module()
     graph = program.graph_module() if graph is None else graph
     try:
@@ -119,6 +120,9 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     assert report.fallback is None, report.fallback
     # A program this small saturates in milliseconds: a budget hit is a rule set that loops or blows up.
     assert report.stop_reason in ("saturated", ""), report.summary()  # "": nothing searched
+    # Again, from the cache (keyed by the graph's rows, translated anew): the same graph back.
+    again, second = optimize(graph, _example(program, grad))
+    assert again.code == gm.code, f"served from the cache ({second.cache_hit}):\n{again.code}\nsearched:\n{gm.code}"
     params = [b for _, b in sorted(model.named_buffers())], [b for _, b in sorted(gm.named_buffers())]
     gen = torch.Generator().manual_seed(len(program.source))
     for trial in range(TRIALS):
