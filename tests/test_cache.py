@@ -54,6 +54,27 @@ def test_a_different_shape_option_or_constant_is_searched_again(saturations):
     torch.testing.assert_close(gm(x), fn(x).clamp(max=2.0))
 
 
+def test_graphs_that_differ_in_one_place_are_searched_again(saturations):
+    """The key is the graph's rows: a literal, the order of a cat's pieces, an op, an output or a
+    dtype changes them."""
+    def relu_cat(x):
+        return torch.cat([p.relu() for p in x.split(2, 1)], 1)
+
+    x = torch.randn(4, 8)
+    cases = [(relu_cat, x),
+             (lambda x: torch.cat([p.relu() for p in x.split(4, 1)], 1), x),
+             (lambda x: torch.cat([p.relu() for p in reversed(x.split(2, 1))], 1), x),
+             (lambda x: torch.cat([p.tanh() for p in x.split(2, 1)], 1), x),
+             (lambda x: (relu_cat(x), x.split(2, 1)[1]), x),
+             (relu_cat, x.double())]
+    for fn, arg in cases:
+        gm, report = optimize(Fn(fn), (arg,))
+        assert not report.cache_hit
+        for got, want in zip(torch.utils._pytree.tree_leaves(gm(arg)), torch.utils._pytree.tree_leaves(fn(arg))):
+            torch.testing.assert_close(got, want)
+    assert len(saturations) == len(cases)
+
+
 class Scale:
     """An arbitrary object passed to a call: its repr does not identify it."""
 
