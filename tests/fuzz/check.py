@@ -263,20 +263,17 @@ def _compare(model: torch.nn.Module, gm: torch.fx.GraphModule, args: tuple[torch
              params: tuple[list[torch.Tensor], list[torch.Tensor]], grad: bool) -> None:
     eager_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
     opt_args = [t.clone().requires_grad_(grad and t.is_floating_point()) for t in args]
-    with _Dtypes() as dtypes:
+    with _Rounding():
         expected = _seeded(model, eager_args)
     got = _seeded(gm, opt_args)
     leaves_e, spec_e = pytree.tree_flatten(expected)
     leaves_g, spec_g = pytree.tree_flatten(got)
     assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
-    computed_in = max(dtypes.seen | {t.dtype for t in [*args, *params[0]] if t.dtype in _TOLERANCES},
-                      key=lambda d: torch.finfo(d).eps, default=None)
     for i, (e, g) in enumerate(zip(leaves_e, leaves_g)):
-        torch.testing.assert_close(g, e, equal_nan=True, **_tolerance(e, computed_in),
-                                   msg=lambda m, i=i: f"output {i}: {m}")
+        torch.testing.assert_close(g, e, equal_nan=True, **_tolerance(e), msg=lambda m, i=i: f"output {i}: {m}")
         assert _layout(g) == _layout(e), f"output {i} laid out as {g.stride()}, eager {e.stride()}"
     for i, (e, g) in enumerate(zip(eager_args, opt_args)):
-        torch.testing.assert_close(g, e, equal_nan=True, **_tolerance(e, computed_in),
+        torch.testing.assert_close(g, e, equal_nan=True, **_tolerance(e),
                                    msg=lambda m, i=i: f"input {i} after the call: {m}")
     alias_e = aliases(leaves_e, eager_args + params[0])
     alias_g = aliases(leaves_g, opt_args + params[1])
@@ -292,28 +289,36 @@ _TOLERANCES = {torch.bfloat16: (1.6e-2, 1e-5), torch.float16: (1e-3, 1e-5), torc
                torch.float64: (1e-7, 1e-7)}
 
 
-class _Dtypes(TorchDispatchMode):
-    """The floating dtypes of the values a program computes (ATen calls' results)."""
+def _rounded_in(t: torch.Tensor) -> torch.dtype | None:
+    return getattr(t, "_rounded_in", t.dtype if t.dtype in _TOLERANCES else None)
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[torch.dtype] = set()
+
+def _coarsest(dtypes: list[torch.dtype | None]) -> torch.dtype | None:
+    return max((d for d in dtypes if d is not None), key=lambda d: torch.finfo(d).eps, default=None)
+
+
+class _Rounding(TorchDispatchMode):
+    """Marks each floating value a program computes with the least precise floating dtype among
+    its own and its operands' marks (``_rounded_in``; an input's is its dtype): a float64 result
+    of float32 values carries float32's rounding."""
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
-        self.seen.update(t.dtype for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor) and t.dtype in _TOLERANCES)
+        operands = [_rounded_in(t) for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.dtype in _TOLERANCES:
+                t._rounded_in = _coarsest([*operands, t.dtype])
         return out
 
 
-def _tolerance(t: Any, computed_in: torch.dtype | None) -> dict[str, float]:
+def _tolerance(t: Any) -> dict[str, float]:
     """A float64 output made of float32 values carries float32's rounding: a kernel may round
     otherwise on another layout (CPU's vectorized ``gelu`` of a whole tensor and its scalar loop
     over a strided piece differ by 7e-7; seed 909). Judged at the tolerance of the least precise
-    floating dtype the program's inputs, buffers and computed values have, where that is coarser
-    than its own."""
-    if not isinstance(t, torch.Tensor) or not t.is_floating_point() or computed_in is None or t.dtype not in _TOLERANCES:
+    dtype its value was computed through (:class:`_Rounding`), where that is coarser than its own."""
+    if not isinstance(t, torch.Tensor) or (rounded := _rounded_in(t)) is None or rounded == t.dtype:
         return {}
-    rtol, atol = _TOLERANCES[max(t.dtype, computed_in, key=lambda d: torch.finfo(d).eps)]
+    rtol, atol = _TOLERANCES[_coarsest([rounded, t.dtype])]
     return {"rtol": rtol, "atol": atol}
 
 

@@ -106,3 +106,13 @@ def test_a_float32_output_of_half_values_is_judged_at_halfs_tolerance():
     _outputs(eager, optimized, x)
     with pytest.raises(AssertionError, match="output 0"):
         _outputs(eager, lambda x: optimized(x) * (1 + 1e-2), x)
+
+
+def test_an_output_that_never_touched_half_keeps_its_own_tolerance():
+    """Only the values computed through float16 are judged at its tolerance: the program's other
+    float32 output, off by 1e-4, still fails."""
+    x = torch.randn(2, 200, generator=torch.Generator().manual_seed(0))
+    eager = lambda x: (x.half() * 21, x * 3)  # noqa: E731
+    _outputs(eager, eager, x)
+    with pytest.raises(AssertionError, match="output 1"):
+        _outputs(eager, lambda x: (x.half() * 21, x * 3 * (1 + 1e-4)), x)
