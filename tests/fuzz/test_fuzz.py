@@ -3,9 +3,10 @@
 Each drawn program (``programs.py``) is traced to an FX graph (``fx.symbolic_trace``, or Dynamo
 for one flavour), optimized (a fallback is a failure: the conftest makes it raise; so is a
 budget hit), and run beside the eager program on its example inputs and on fresh random ones
-(``check.py``). Outputs must match in structure, shape, dtype and value; inputs written by
-in-place ops must end up the same; and an output must alias exactly the inputs and other outputs
-it aliases in eager. ``--fuzz-examples N`` (or ``OPTIMUS_EGG_FUZZ_EXAMPLES``) sets the number of
+(``check.py``). Outputs must match in structure, shape, dtype and value (within the tolerance
+of the least precise dtype the value was computed through); inputs written by in-place ops must
+end up the same; an output must alias exactly the inputs and other outputs it aliases in eager;
+and a second ``optimize`` of the graph (mostly a cache hit) must return the same graph. ``--fuzz-examples N`` (or ``OPTIMUS_EGG_FUZZ_EXAMPLES``) sets the number of
 programs over all flavours (default 500); ``--fuzz-seed S`` draws another stream than the
 reproducible default. A failure prints the shrunk program's source: paste it into a named test.
 """
