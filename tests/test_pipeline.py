@@ -301,3 +301,31 @@ def test_an_output_copied_for_its_layout_keeps_the_views_of_it_returned_with_it(
            "    v8 = torch.split(v7, 1, 1)\n    v9 = v8[-2]\n    v11 = torch.cat([v9], 0)\n"
            "    v12 = torch.split(v11, 1, 0)\n    return (v11, v12,)\n")
     check_program(Program(src, (torch.randn(2, 2, 1, 1), torch.randn(2, 1, 1, 1))))
+
+
+def test_output_sizes_equal_under_the_guards_pass_the_output_check():
+    """Found by the fuzzer (seed 1818, backend flavour): recompiled with a dynamic batch, Dynamo
+    wrote ``stack([p])`` of a ``[s//2, 1]`` piece as ``[s//2, 1, 1]``, equal to ``[1, s//2, 1]``
+    only under its guard ``s//2 < 2``; the output check compared the sizes as written and the
+    optimizer refused the graph (strict: raised)."""
+    def fn(x, w, b):
+        piece = torch.unbind(torch.nn.functional.linear(torch.tensor_split(x, 2, 0)[1], w, b), -2)[0]
+        return torch.stack([piece], 0)
+
+    graphs = []
+
+    def grab(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    w, b = torch.randn(1, 9), torch.randn(1)
+    compiled = torch.compile(fn, backend=grab, fullgraph=True)
+    for n in (4, 2):  # the second call recompiles with a symbolic batch
+        compiled(torch.randn(n, 2, 9), w, b)
+    gm = graphs[-1]
+    new, report = optimize_graph(gm, Options(strict=True))
+    assert report.fallback is None
+    args = [p.meta["example_value"] for p in gm.graph.find_nodes(op="placeholder")]
+    real = [2 if isinstance(a, torch.SymInt) else torch.randn(2, 2, 9) if a.dim() == 3 else w if a.dim() == 2 else b
+            for a in args]
+    torch.testing.assert_close(new(*real), gm(*real))

@@ -134,27 +134,44 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     return gm
 
 
-def check_compiled(program: Program) -> None:
+def check_compiled(program: Program) -> bool:
     """``torch.compile(backend="optimus_egg")`` (Dynamo, the optimizer, AOTAutograd, Inductor)
     against eager: outputs and in-place writes to the inputs, within Inductor's own rounding
     (it computes half precision in float32 and fuses). Inductor is told to round where a cast
     to a narrower dtype says so; by default it skips that (``x.half().double()`` is ``x``), and
     to draw random numbers as eager does (``fallback_random``), so a dropout's mask is eager's
-    under one seed."""
+    under one seed.
+
+    False (not judged) where plain Inductor, compiled in the same state, differs from eager as
+    well: programs of one source share their code, so Dynamo recompiles a later one with dynamic
+    shapes, and torch 2.13's Inductor then computed ``linear`` of a row of ``cat([v7] * 5, -2)``
+    wrongly on its own (seed 1818, with the optimizer keeping the graph as written)."""
     model = program.module()
     compiled = torch.compile(model, backend="optimus_egg", fullgraph=True)
     gen = torch.Generator().manual_seed(len(program.source))
     for args in (program.inputs, tuple(_fresh(t, gen) for t in program.inputs)):
-        eager_args, compiled_args = [t.clone() for t in args], [t.clone() for t in args]
-        with inductor_config.patch(emulate_precision_casts=True, fallback_random=True):
-            expected, got = _seeded(model, eager_args), _seeded(compiled, compiled_args)
-        leaves_e, spec_e = pytree.tree_flatten(expected)
-        leaves_g, spec_g = pytree.tree_flatten(got)
-        assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
-        for i, (e, g) in enumerate([*zip(leaves_e, leaves_g), *zip(eager_args, compiled_args)]):
-            tol = 1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-4
-            torch.testing.assert_close(g, e, equal_nan=True, rtol=tol, atol=tol,
-                                       msg=lambda m, i=i: f"output or input {i}: {m}")
+        try:
+            _compiled_matches(model, compiled, args)
+        except AssertionError:
+            try:
+                _compiled_matches(model, torch.compile(model, backend="inductor", fullgraph=True), args)
+            except AssertionError:
+                return False
+            raise
+    return True
+
+
+def _compiled_matches(model: torch.nn.Module, compiled: Any, args: tuple[torch.Tensor, ...]) -> None:
+    eager_args, compiled_args = [t.clone() for t in args], [t.clone() for t in args]
+    with inductor_config.patch(emulate_precision_casts=True, fallback_random=True):
+        expected, got = _seeded(model, eager_args), _seeded(compiled, compiled_args)
+    leaves_e, spec_e = pytree.tree_flatten(expected)
+    leaves_g, spec_g = pytree.tree_flatten(got)
+    assert spec_e == spec_g, f"output structure {spec_g} != {spec_e}"
+    for i, (e, g) in enumerate([*zip(leaves_e, leaves_g), *zip(eager_args, compiled_args)]):
+        tol = 1e-2 if e.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        torch.testing.assert_close(g, e, equal_nan=True, rtol=tol, atol=tol,
+                                   msg=lambda m, i=i: f"output or input {i}: {m}")
 
 
 def check_backward(program: Program) -> bool:
