@@ -134,3 +134,15 @@ def test_a_compiled_program_plain_inductor_gets_wrong_too_is_not_judged():
     x0 = torch.randn(8, 1, generator=gen)
     assert check_compiled(Program(src, (x0, torch.randn(4, 2, 9, generator=gen)), params))
     assert not check_compiled(Program(src, (x0, torch.randn(2, 2, 9, generator=gen)), params))
+
+
+def test_a_graph_whose_sizes_the_first_run_guarded_is_not_required_to_come_back_the_same():
+    """Found by the fuzzer (seed 1919, dynamic flavour). Fake-running the emitted
+    ``narrow(x1, 1, 0, 3) * 2`` (``x1`` of ``s0`` columns) adds the guard ``s0 == 3``: its strides
+    equal a contiguous tensor's only then. A second run sees 3 columns, and finds ``x1 * 2``
+    (right under that guard). The cache check compares only runs on one graph."""
+    src = ("def forward(self, x0, x1):\n    v4 = x1.narrow(1, 0, 0) + x1.narrow(1, 0, 0)\n"
+           "    v5 = x1.narrow(1, 0, 1) + x1.narrow(1, 0, 1)\n    v6 = x1.narrow(1, 1, 2) + x1.narrow(1, 1, 2)\n"
+           "    v7 = torch.cat([v4, v5, v6], 1)\n    v3 = torch.split(x1, 1, 0)\n    return (v7, v3,)\n")
+    program = Program(src, (torch.tensor([1.5410]), torch.randn(2, 3, generator=torch.Generator().manual_seed(0))))
+    check_program(program, dynamo_graph(program, dynamic=True))
