@@ -277,14 +277,14 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     phase("translate")
     roots = [t for t in tr.outputs if isinstance(t, Term)]
     extra = [tr.effects] if tr.effects is not None else []
-    weights = weights_for(options.cost_profile, select.device_of(tr)) if options.cost_profile else None
+    device = select.device_of(tr)
+    weights = weights_for(options.cost_profile, device) if options.cost_profile else None
     fams = rewrites.families(options.families)
     dag = rows(roots + extra, tr.facts, [] if disjoint_outputs else roots)
     names = dag.ids
     key = cache.key(tr, dag, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
                     roots + extra)
     hit = cache.get(key)
-    device = select.device_of(tr)
     models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
     if hit is None:
         frozen, ex = _search(tr, fams, dag, roots + extra, options, models, report, phase)

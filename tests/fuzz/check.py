@@ -139,10 +139,15 @@ def check_program(program: Program, graph: torch.fx.GraphModule | None = None, g
     return gm
 
 
+def _shape_env(graph: torch.fx.GraphModule) -> Any:
+    """The shape environment of the graph's inputs' fake values (None: no fake inputs)."""
+    fakes = (val(n) for n in graph.graph.nodes if n.op == "placeholder")
+    return next((v.fake_mode.shape_env for v in fakes if isinstance(v, FakeTensor)), None)
+
+
 def _guards(graph: torch.fx.GraphModule) -> int:
     """How many guards the graph's shape environment holds (0 without symbolic sizes)."""
-    fakes = [val(n) for n in graph.graph.nodes if n.op == "placeholder"]
-    env = next((v.fake_mode.shape_env for v in fakes if isinstance(v, FakeTensor)), None)
+    env = _shape_env(graph)
     return len(env.guards) if env is not None else 0
 
 
@@ -274,8 +279,8 @@ def _eager_runs(model: torch.nn.Module, args: tuple[torch.Tensor, ...]) -> bool:
 def _within_guards(graph: torch.fx.GraphModule, args: tuple[torch.Tensor, ...]) -> bool:
     """Do these inputs satisfy the guards Dynamo put on the graph's symbolic sizes? Not where
     a guard cannot be evaluated on them (a size divided by one that resizing made 0; seed 606)."""
+    env = _shape_env(graph)
     fakes = [val(n) for n in graph.graph.nodes if n.op == "placeholder"]
-    env = fakes[0].fake_mode.shape_env if fakes and isinstance(fakes[0], FakeTensor) else None
     try:
         return env is not None and env.evaluate_guards_for_args(fakes, list(args))
     except ZeroDivisionError:
