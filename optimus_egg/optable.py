@@ -616,10 +616,11 @@ class Registry:
     _by_identity: dict[tuple[Any, ...], str] = field(default_factory=dict)
 
     def key(self, call: Call, shareable: bool) -> str:
-        identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
-                    tuple(repr(x) for x in call.leaves), call.device, call.exact, call.draws)
         if _plain_unary(call):  # torch.relu(x), F.relu(x), x.relu(): one op, one key
-            identity = ("Unary", call.name, call.device, call.exact)
+            identity: tuple[Any, ...] = ("Unary", call.name, call.device, call.exact)
+        else:
+            identity = (call.op, call.target, str(call.spec), call.constructor, call.cost,
+                        tuple(repr(x) for x in call.leaves), call.device, call.exact, call.draws)
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
         n = len(self.calls) - len(BUILT)
