@@ -1,9 +1,13 @@
 """Measure the cruft chain against its clean twin: ``python -m optimus_egg.bench.chain 100``.
 
 Prints eager launches before/after ``optimize`` (and the twin's floor) and the optimizer's
-phases (the median of ``--reps`` searches); then, in inference and one training step (forward,
-``sum`` of the output, backward), ``inductor`` on the twin against ``optimus_egg`` on the cruft
-chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain: 30-50 s per compile at N = 100):
+phases (the median of ``--reps`` searches), and how long Dynamo took to capture the model. A
+shared machine's speed drifts (the same search took 3.0–3.9 s and, an hour later, 5.1–5.6 s on
+one 2-core machine), so a time in seconds needs a yardstick from the same run: the capture is
+Python work of the same model that every backend waits for. Then,
+in inference and one training step (forward, ``sum`` of the output, backward), ``inductor`` on
+the twin against ``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on
+the cruft chain: 30-50 s per compile at N = 100):
 
 - compile time, split into Dynamo's capture of the model (tracing and guards: not the
   optimizer's, but the user waits for it), ``optimus_egg``'s rewrite, Inductor (AOTAutograd,
@@ -235,12 +239,16 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n in args.blocks:
         model, inputs = chain(n)()
         twin, _ = chain(n, clean=True)()
-        gm, report, totals = timed_optimize(capture(model, inputs), args.reps)
+        began = time.perf_counter()
+        captured = capture(model, inputs)
+        capture_s = time.perf_counter() - began
+        gm, report, totals = timed_optimize(captured, args.reps)
         phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
         print(f"N={n}: eager launches {eager_launches(model, *inputs)} → {eager_launches(gm, *inputs)} "
               f"(twin {eager_launches(twin, *inputs)}); {report.enodes} e-nodes, {report.iterations} "
               f"iterations ({report.stop_reason}); optimize {report.total_seconds:.2f}s, median of {len(totals)} "
-              f"({min(totals):.2f}–{max(totals):.2f}s; the median run: {phases})")
+              f"({min(totals):.2f}–{max(totals):.2f}s; the median run: {phases}); Dynamo's capture "
+              f"{capture_s:.2f}s, the optimizer {report.total_seconds / capture_s:.2f}× it")
         if args.no_compile:
             continue
         warm_up(CPU)

@@ -49,6 +49,7 @@ def test_command_prints_launches_compile_phases_and_step_time(capsys, monkeypatc
     out = capsys.readouterr().out
     # 3 blocks of 8 pointwise ops, 2 cats and a Linear; the twin: one op and a Linear per block
     assert f"eager launches {3 * (8 + 2 + 1)} → {3 * 2} (twin {3 * 2})" in out
+    assert "median of 1 (" in out and "Dynamo's capture" in out and "× it" in out
     assert "capture  optimize  inductor" in out and "× twin" in out
     assert "cruft optimus_egg" in out and "equal to eager" in out and "DIFFERS" not in out
     assert "in CPU seconds: capture alone" in out and "with a free rewrite" in out
