@@ -4,10 +4,10 @@ Prints eager launches before/after ``optimize`` (and the twin's floor) and the o
 phases (the median of ``--reps`` searches), and how long Dynamo took to capture the model. A
 shared machine's speed drifts (the same search took 3.0–3.9 s and, an hour later, 5.1–5.6 s on
 one 2-core machine), so a time in seconds needs a yardstick from the same run: the capture is
-Python work of the same model that every backend waits for. Then,
-in inference and one training step (forward, ``sum`` of the output, backward), ``inductor`` on
-the twin against ``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on
-the cruft chain: 30-50 s per compile at N = 100):
+Python work on the same model that every backend waits for. Then, in inference and one training
+step (forward, ``sum`` of the output, backward), ``inductor`` on the twin against
+``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain:
+30-50 s per compile at N = 100):
 
 - compile time, split into Dynamo's capture of the model (tracing and guards: not the
   optimizer's, but the user waits for it), ``optimus_egg``'s rewrite, Inductor (AOTAutograd,
