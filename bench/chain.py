@@ -207,8 +207,8 @@ def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ..
 
 def timed_optimize(gm: torch.fx.GraphModule, reps: int) -> tuple[torch.fx.GraphModule, Report, list[float]]:
     """``optimize_graph`` on ``gm`` ``reps`` times, each a search (the cache cleared) from a
-    collected heap: the median run's graph and report, and every run's seconds. One run is not
-    a figure: on a shared 2-core machine the same search took 2.97 to 3.88 s (N = 600)."""
+    collected heap: the median run's graph and report, and every run's seconds (one run is not
+    a figure on a shared machine: see the module's docstring)."""
     runs = []
     for _ in range(max(reps, 1)):
         cache.clear()
