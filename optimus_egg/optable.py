@@ -556,8 +556,12 @@ def _plain_unary(call: Call) -> bool:
     the op table (``torch.X``, ``F.X``, ``Tensor.X``) computes the same."""
     if call.constructor != "Unary":
         return False
-    args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
-    return args == [Slot(0)] and kwargs in ({}, {"inplace": False})
+    return _PLAIN_UNARY_LEAVES.get(call.spec) == call.leaves
+
+
+#: The spec of ``f(x)`` and of ``f(x, inplace=False)`` → the leaves of that call.
+_PLAIN_UNARY_LEAVES = {pytree.tree_structure(([0], {})): (Slot(0),),
+                       pytree.tree_structure(([0], {"inplace": 0})): (Slot(0), False)}
 
 
 def _plain_layer_norm(call: Call) -> Call | None:
@@ -657,18 +661,25 @@ def _arguments(node: fx.Node, op: OpDef | None) -> tuple[list[Any], dict[str, An
     return list(node.args), dict(node.kwargs)
 
 
+#: Argument types pytree keeps whole: a call whose arguments are all of these (``relu(x)``,
+#: ``add(x, y, alpha=2)``, most of a graph) is flattened without walking it.
+_LEAF_TYPES = frozenset({fx.Node, int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout,
+                         torch.memory_format})
+#: (number of positional arguments, keyword names) → the spec of such a call's ``(args, kwargs)``.
+_FLAT_SPECS: dict[tuple[int, tuple[str, ...]], Any] = {}
+
+
 def template(node: fx.Node, op: OpDef | None = None) -> tuple[Any, tuple[Any, ...], list[fx.Node]]:
     """(spec, leaves with Slots, the node arguments in slot order)."""
-    def node_slices(x: Any) -> Any:
-        if isinstance(x, (list, tuple)):
-            return type(x)(node_slices(y) for y in x)
-        if isinstance(x, dict):
-            return {k: node_slices(v) for k, v in x.items()}
-        if isinstance(x, slice) and any(isinstance(b, fx.Node) for b in (x.start, x.stop, x.step)):
-            return SliceArgs(x.start, x.stop, x.step)
-        return x
-
-    leaves, spec = pytree.tree_flatten(node_slices(_arguments(node, op)))
+    args, kwargs = _arguments(node, op)
+    if all(type(x) in _LEAF_TYPES for x in args) and all(type(x) in _LEAF_TYPES for x in kwargs.values()):
+        shape = (len(args), tuple(kwargs))
+        spec = _FLAT_SPECS.get(shape)
+        if spec is None:
+            spec = _FLAT_SPECS[shape] = pytree.tree_structure((list(args), kwargs))
+        leaves = [*args, *kwargs.values()]
+    else:
+        leaves, spec = pytree.tree_flatten(_node_slices((args, kwargs)))
     inputs: list[fx.Node] = []
     out = []
     for leaf in leaves:
@@ -678,6 +689,16 @@ def template(node: fx.Node, op: OpDef | None = None) -> tuple[Any, tuple[Any, ..
         else:
             out.append(leaf)
     return spec, tuple(out), inputs
+
+
+def _node_slices(x: Any) -> Any:
+    if isinstance(x, (list, tuple)):
+        return type(x)(_node_slices(y) for y in x)
+    if isinstance(x, dict):
+        return {k: _node_slices(v) for k, v in x.items()}
+    if isinstance(x, slice) and any(isinstance(b, fx.Node) for b in (x.start, x.stop, x.step)):
+        return SliceArgs(x.start, x.stop, x.step)
+    return x
 
 
 def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:

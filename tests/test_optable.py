@@ -163,6 +163,35 @@ def test_every_spelling_of_an_elementwise_op_computes_the_same():
             torch.testing.assert_close(out, outs[0], rtol=0, atol=0, equal_nan=True, msg=op.name)
 
 
+def _template_model(x, y):
+    a = torch.add(x, y, alpha=2) + F.relu(x, inplace=False) + torch.relu(x) + F.relu(x, False)
+    b = x.clamp(min=0.0).to(torch.float64).float() + torch.cat([x, y], 1)[:, :8]
+    return a, b + F.linear(y, torch.cat([x, y], 0), bias=None) + x.sum(dim=(0,), keepdim=True)
+
+
+def test_a_calls_template_is_its_arguments_as_pytree_flattens_them():
+    """``template`` flattens calls of plain arguments by hand (most calls of a graph); the spec
+    and leaves must be pytree's, which the emitter unflattens and the registry keys by."""
+    from torch.fx import Node
+    from torch.utils import _pytree as pytree
+
+    gm = capture(Fn(_template_model), (torch.randn(4, 8), torch.randn(4, 8)))
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    plain = []
+    for node in calls:
+        op = optable.lookup(node)
+        spec, leaves, inputs = optable.template(node, op)
+        want, want_spec = pytree.tree_flatten(optable._arguments(node, op))
+        assert (spec, [x for x in want if isinstance(x, Node)]) == (want_spec, inputs), node.format_node()
+        assert [inputs[x.index] if isinstance(x, optable.Slot) else x for x in leaves] == want, node.format_node()
+        call, _ = optable.generic_call(node, op)
+        args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+        assert optable._plain_unary(call) == (call.constructor == "Unary" and args == [optable.Slot(0)]
+                                              and kwargs in ({}, {"inplace": False})), node.format_node()
+        plain.append(optable._plain_unary(call))
+    assert plain.count(True) == 2  # F.relu(x, inplace=False), torch.relu(x); not F.relu(x, False)
+
+
 def _aten(fn, *inputs):
     from torch.fx.experimental.proxy_tensor import make_fx
 
