@@ -79,10 +79,12 @@ def _loaders() -> dict[str, str]:
 
 
 #: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
-_FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"), "rank": ("i64", "(set (rank (Ref i)) a0)"),
-          "pos": ("", "(set (pos (Ref i)) i) (set (output (Ref i)) 0)"), "output": ("", "(set (output (Ref i)) 1)"),
-          "dtype": ("String", "(set (dtype (Ref i)) a0)"), "height": ("i64", "(set (height (Ref i)) a0)"),
-          "depth": ("i64", "(set (depth (Ref i)) a0)")}
+#: ``place`` is every T term's: its position (its id), ``height`` and ``depth``, not an output.
+_FACTS = {"size": ("i64 i64", "(set (size (Ref i) a0) a1)"),
+          "meta": ("i64 String", "(set (rank (Ref i)) a0) (set (dtype (Ref i)) a1)"),
+          "place": ("i64 i64", "(set (pos (Ref i)) i) (set (output (Ref i)) 0) (set (height (Ref i)) a0) "
+                               "(set (depth (Ref i)) a1)"),
+          "output": ("", "(set (output (Ref i)) 1)")}
 
 
 _LOADERS = _loaders()
@@ -274,65 +276,63 @@ def rows(roots: Sequence[Term], facts: Sequence[tuple[Term, list[int | None], st
     heights: dict[Term, int] = {}
     for root in roots:
         _number(root, out, heights)
+    meta, size = out.tables["meta-row"], out.tables["size-row"]
     for term, shape, dtype in facts:
         i = _number(term, out, heights)
-        out.tables["rank-row"].append(f"{i}\t{len(shape)}")
-        out.tables["size-row"].extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
-        out.tables["dtype-row"].append(f"{i}\t{_field(dtype)}")
-    _depths(out)
+        meta.append(f"{i}\t{len(shape)}\t{_field(dtype)}")
+        size.extend(f"{i}\t{d}\t{n}" for d, n in enumerate(shape) if n is not None)
+    depths = _depths(out.ids)
+    out.tables["place-row"].extend(f"{out.ids[t]}\t{h}\t{depths.get(t, 0)}" for t, h in heights.items()
+                                   if CONSTRUCTORS_SORT[t.op] == "T")
     out.tables["output-row"].extend(str(out.ids[t]) for t in outputs)
     return out
 
 
 def _number(root: Term, out: Rows, heights: dict[Term, int]) -> int:
-    """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep)."""
-    ids, tables = out.ids, out.tables
+    """Give ``root`` and its subterms Ref ids and table rows (iteratively: graphs are deep).
+
+    height: the longest chain of T terms down to an input (lists add nothing); a
+    term never depends on one of equal height, so rules may group those as independent."""
+    ids, tables, counts = out.ids, out.tables, out.counts
     if root in ids:
         return ids[root]
-    stack: list[tuple[Term, bool]] = [(root, False)]
+    stack = [root]
     while stack:
-        term, ready = stack.pop()
+        term = stack[-1]
         if term in ids:
+            stack.pop()
             continue
-        if not ready:
-            kids = [a for a in term.args if isinstance(a, Term) and a not in ids]
-            if kids:
-                stack.append((term, True))
-                stack.extend((k, False) for k in kids)
-                continue
+        kids = [a for a in term.args if type(a) is Term and a not in ids]
+        if kids:
+            stack.extend(kids)
+            continue
+        stack.pop()
         i = ids[term] = len(ids)
-        # height: the longest chain of T terms down to an input (lists add nothing); a term
-        # never depends on one of equal height, so rules may group those as independent
         cols, height = [str(i)], 0
         for a in term.args:
-            if isinstance(a, Term):
+            if type(a) is Term:
                 cols.append(str(ids[a]))
-                height = max(height, heights[a])
+                if heights[a] > height:
+                    height = heights[a]
             else:
                 cols.append(_field(a))
         tables[term.op + "-row"].append("\t".join(cols))
-        if CONSTRUCTORS_SORT[term.op] == "T":
-            height += 1
-            tables["pos-row"].append(str(i))
-            tables["height-row"].append(f"{i}\t{height}")
-        heights[term] = height
-        out.counts[term.op] += 1
+        heights[term] = height + 1 if CONSTRUCTORS_SORT[term.op] == "T" else height
+        counts[term.op] += 1
     return ids[root]
 
 
-def _depths(out: Rows) -> None:
+def _depths(ids: dict[Term, int]) -> dict[Term, int]:
     """depth: the longest chain of T terms up to an output (lists add nothing). Like height,
     a term never depends on one of equal depth; unlike height, the terms a graph only returns
     (a backward's weight gradients, computed at every height) share one."""
     depths: dict[Term, int] = {}
-    for term, i in reversed(out.ids.items()):  # ids number operands first: readers come first
-        d = depths.get(term, 0)
-        step = 1 if CONSTRUCTORS_SORT[term.op] == "T" else 0
+    for term in reversed(ids):  # ids number operands first: readers come first
+        d = depths.get(term, 0) + (CONSTRUCTORS_SORT[term.op] == "T")
         for a in term.args:
-            if isinstance(a, Term) and depths.get(a, -1) < d + step:
-                depths[a] = d + step
-        if step:
-            out.tables["depth-row"].append(f"{i}\t{d}")
+            if type(a) is Term and depths.get(a, -1) < d:
+                depths[a] = d
+    return depths
 
 
 class EGraph:
