@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import inspect
 from collections import deque
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
@@ -61,7 +62,8 @@ class BackwardPass(CustomGraphPass):
         declare), the options, and the weights of a cost profile (the options name its file,
         which ``optimus-egg tune --out`` rewrites; Inductor's caches outlive the process)."""
         fams = rewrites.families(self.options.families)
-        rules = [(f.declarations, [r.egglog("") for r in f.rules]) for f in fams]
+        rules = [(f.declared(), [r.egglog("") for r in f.rules], f.written and _file_hash(f.written.rows))
+                 for f in fams]
         weights = load_profile(self.options.cost_profile).weights if self.options.cost_profile else None
         return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules} {weights}".encode()).hexdigest()
 
@@ -81,6 +83,11 @@ def _sources() -> list[Path]:
 
     return sorted({p.resolve() for pkg in (optimus_egg, extract, rewrites) for d in pkg.__path__
                    for p in Path(d).glob("*.py")})
+
+
+def _file_hash(fn: Callable[..., Any]) -> str:
+    """The hash of the file that defines ``fn`` (a rule module's written relations)."""
+    return hashlib.sha256(Path(inspect.getfile(fn)).read_bytes()).hexdigest()
 
 
 @functools.cache

@@ -18,10 +18,10 @@ import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from types import ModuleType
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
-from optimus_egg.rewrites import STAGES, Family, all_family_names
+from optimus_egg.rewrites import STAGES, Family, Written, all_family_names
 
 
 def _load_bindings() -> ModuleType:
@@ -63,19 +63,31 @@ def _loaders() -> dict[str, str]:
     as ids) and a rule that makes ``(Ref id)`` equal to ``C`` applied to them. Plus fact rows."""
     out = {}
     for op, sorts in CONSTRUCTORS.items():
-        cols = " ".join("i64" if s in ("T", "TList") else s for s in sorts)
-        vars_ = [f"a{k}" for k in range(len(sorts))]
-        args = " ".join(f"({'LRef' if s == 'TList' else 'Ref'} {v})" if s in ("T", "TList") else v
-                        for s, v in zip(sorts, vars_))
         ref = "LRef" if CONSTRUCTORS_SORT[op] == "TList" else "Ref"
-        term = f"({op} {args})" if args else f"({op})"
-        out[f"{op}-row"] = (f"(relation {op}-row (i64 {cols}))\n"
-                            f"(rule (({op}-row i {' '.join(vars_)})) ((union ({ref} i) {term})) :ruleset {_LOAD})")
+        out[f"{op}-row"] = _staging(op, sorts, lambda term: f"(union ({ref} i) {term})", own_id=True)
     for fact, (cols, action) in _FACTS.items():
         vars_ = " ".join(f"a{k}" for k in range(len(cols.split())))
         out[f"{fact}-row"] = (f"(relation {fact}-row (i64 {cols}))\n"
                               f"(rule (({fact}-row i {vars_})) ({action}) :ruleset {_LOAD})")
     return out
+
+
+def _staging(name: str, sorts: Sequence[str], action: Callable[[str], str], own_id: bool = False) -> str:
+    """A relation ``name-row`` of ``sorts`` with terms as ids (after an id of the row's own term
+    when ``own_id``: ``i``), and a rule that performs ``action`` on ``(name args)`` for each row."""
+    cols = ["i64"] * own_id + ["i64" if s in ("T", "TList") else s for s in sorts]
+    vars_ = [f"a{k}" for k in range(len(sorts))]
+    args = " ".join(f"({'LRef' if s == 'TList' else 'Ref'} {v})" if s in ("T", "TList") else v
+                    for s, v in zip(sorts, vars_))
+    term = f"({name} {args})" if args else f"({name})"
+    return (f"(relation {name}-row ({' '.join(cols)}))\n"
+            f"(rule (({name}-row {' '.join(['i'] * own_id + vars_)})) ({action(term)}) :ruleset {_LOAD})")
+
+
+def _written_loaders(families: Sequence[Family]) -> list[str]:
+    """Each written relation's staging table and loader (see :class:`optimus_egg.rewrites.Written`)."""
+    return [_staging(name, sorts, lambda atom: atom) for fam in families if fam.written
+            for name, sorts in fam.written.relations.items()]
 
 
 #: Fact tables: the columns after the term's id, and how a row sets the fact (a0, a1: columns).
@@ -241,13 +253,14 @@ def check_rules(families: list[Family]) -> None:
 
     setup = "\n".join((DECLARATIONS, *_REFS))
     for fam in families:
-        if fam.declarations and (why := rejects(setup, fam.declarations)):
-            raise ValueError(f"DECLARATIONS of rule family {fam.name!r} are not valid egglog: {why}")
-        setup += "\n" + fam.declarations
+        for what, text in (("DECLARATIONS", fam.declarations), ("WRITTEN", fam.written and fam.written.declarations())):
+            if text and (why := rejects(setup, text)):
+                raise ValueError(f"{what} of rule family {fam.name!r} are not valid egglog: {why}")
+            setup += f"\n{text or ''}"
     setup = "\n".join((setup, *_RULESETS))
     builtin = {"analysis", *all_family_names()}
     # a built-in rule rejected: a name the others declare clashes with its (relation a: variable a)
-    declared = [f.name for f in families if f.declarations and f.name not in builtin]
+    declared = [f.name for f in families if f.declared() and f.name not in builtin]
     for fam in families:
         for rule in fam.rules:
             if why := rejects(setup, _rule_text(fam, rule)):
@@ -269,9 +282,10 @@ class Rows:
 
 
 def rows(roots: Sequence[Term], facts: Sequence[tuple[Term, list[int | None], str]],
-         outputs: Sequence[Term] = ()) -> Rows:
-    """The rows of ``roots`` (and their subterms) and their shape/dtype facts. ``outputs``: the
-    terms the graph returns as tensors of their own (``output`` is 1)."""
+         outputs: Sequence[Term] = (), written: Sequence[Written] = ()) -> Rows:
+    """The rows of ``roots`` (and their subterms), their shape/dtype facts, and the ``written``
+    relations of the families in use. ``outputs``: the terms the graph returns as tensors of
+    their own (``output`` is 1)."""
     out = Rows({}, {name: [] for name in _LOADERS}, {op: 0 for op in CONSTRUCTORS})
     heights: dict[Term, int] = {}
     for root in roots:
@@ -285,6 +299,11 @@ def rows(roots: Sequence[Term], facts: Sequence[tuple[Term, list[int | None], st
     out.tables["place-row"].extend(f"{out.ids[t]}\t{h}\t{depths.get(t, 0)}" for t, h in heights.items()
                                    if CONSTRUCTORS_SORT[t.op] == "T")
     out.tables["output-row"].extend(str(out.ids[t]) for t in outputs)
+    shapes = {term: shape for term, shape, _ in facts}
+    for relations in written:
+        for name, found in relations.rows(out.ids, shapes).items():
+            out.tables.setdefault(f"{name}-row", []).extend(
+                "\t".join(str(out.ids[v]) if type(v) is Term else _field(v) for v in row) for row in found)
     return out
 
 
@@ -338,8 +357,9 @@ def _depths(ids: dict[Term, int]) -> dict[Term, int]:
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
         rules = [_rule_text(fam, r) for fam in families for r in fam.rules]
-        decls = [fam.declarations for fam in families if fam.declarations]
-        program = "\n".join((DECLARATIONS, *_REFS, *decls, *_RULESETS, *rules, *_LOADERS.values()))
+        decls = [fam.declared() for fam in families]
+        program = "\n".join((DECLARATIONS, *_REFS, *decls, *_RULESETS, *rules, *_LOADERS.values(),
+                             *_written_loaders(families)))
         self._eg = _lend(program)
         weakref.finalize(self, _give_back, program, self._eg, threading.get_ident()).atexit = False
         self._seed_matches: dict[str, int] = {}  # reported with saturation's

@@ -280,7 +280,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     device = select.device_of(tr)
     weights = weights_for(options.cost_profile, device) if options.cost_profile else None
     fams = rewrites.families(options.families)
-    dag = rows(roots + extra, tr.facts, [] if disjoint_outputs else roots)
+    dag = rows(roots + extra, tr.facts, [] if disjoint_outputs else roots, [f.written for f in fams if f.written])
     names = dag.ids
     key = cache.key(tr, dag, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
                     roots + extra)

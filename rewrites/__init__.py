@@ -1,7 +1,8 @@
 """Rule families. Each module lists its rules; ``FAMILIES`` maps a family name to them.
 
 A rule is egglog text over the sorts of :mod:`optimus_egg.ir`, short enough to read as the
-identity it states. ``analysis`` (shapes and dtypes) is always on; it never changes the graph.
+identity it states. A family may also read relations off the graph as written (``WRITTEN``, see
+:class:`Written`). ``analysis`` (shapes and dtypes) is always on; it never changes the graph.
 Each rule has a stage (``STAGES``): ``seed`` rules read the graph as the program wrote it, once,
 before any rewrite; ``simplify`` rules run to a fixpoint; ``expand`` rules (an op pushed through
 every slice creates a new op per sliced tensor) run one round at a time in between, within the
@@ -17,6 +18,10 @@ from importlib import import_module
 from importlib.util import find_spec, module_from_spec, spec_from_file_location
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+
+if TYPE_CHECKING:
+    from optimus_egg.ir import Term
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,28 @@ class Derive:
 
 AnyRule = Rule | Derive
 
+#: A written relation's rows: terms as terms, literals as ints or strings.
+WrittenRows = dict[str, list[tuple["Term | int | str", ...]]]
+
+
+@dataclass(frozen=True)
+class Written:
+    """Relations read off the graph as the program wrote it, computed in Python with the rows.
+
+    For facts a seed rule could derive only by walking the graph one step per round (the cell
+    of a 600-piece list that a slice reads), where one pass over the terms finds them all.
+    ``relations``: name → column sorts (``T``, ``TList``, ``i64``, ``String``), declared for the
+    family's rules; ``rows(terms, shapes)``: every term of the graph, and the static shape of the
+    terms that have one (a ``None`` per symbolic size) → rows per relation.
+    """
+
+    relations: Mapping[str, tuple[str, ...]]
+    rows: Callable[[Iterable["Term"], Mapping["Term", Sequence[int | None]]], WrittenRows]
+
+    def declarations(self) -> str:
+        return "\n".join(f"(relation {name} ({' '.join(sorts)}))" for name, sorts in self.relations.items())
+
+
 STAGES = ("seed", "simplify", "expand")
 
 
@@ -65,7 +92,7 @@ def op_named(var: str, name: str) -> str:
     """
     return f'(= 1 (count-matches (+ "#" {var}) "#{name}#"))'
 
-#: Family name → module that defines ``RULES`` (and optionally ``DECLARATIONS``).
+#: Family name → module that defines ``RULES`` (and optionally ``DECLARATIONS``, ``WRITTEN``).
 _MODULES = {
     "analysis": "optimus_egg.rewrites.analysis",
     "split_cat": "optimus_egg.rewrites.split_cat",
@@ -86,6 +113,11 @@ class Family:
     name: str
     rules: tuple[AnyRule, ...]
     declarations: str = ""
+    written: Written | None = None
+
+    def declared(self) -> str:
+        """The egglog text the family declares: its ``DECLARATIONS`` and its written relations."""
+        return "\n".join(t for t in (self.declarations, self.written and self.written.declarations()) if t)
 
 
 def family(name: str) -> Family:
@@ -101,7 +133,10 @@ def family(name: str) -> Family:
                          "optimus_egg.rewrites.Rule / Derive")
     for rule in rules:
         _check_stage(rule)
-    return Family(name, tuple(rules), getattr(mod, "DECLARATIONS", ""))
+    written = getattr(mod, "WRITTEN", None)
+    if written is not None and not isinstance(written, Written):
+        raise ValueError(f"rule module {name!r}: WRITTEN must be an optimus_egg.rewrites.Written")
+    return Family(name, tuple(rules), getattr(mod, "DECLARATIONS", ""), written)
 
 
 def _unknown(name: str, why: str = "") -> ValueError:

@@ -5,19 +5,52 @@ A split of a cat is read off the list as written (relations, no new terms); unbi
 reshapes are the ``Flat``/``Unflat`` views, which commute with slicing.
 """
 
-from optimus_egg.rewrites import Derive, Rule
+from typing import Iterable, Mapping, Sequence
+
+from optimus_egg.ir import Term
+from optimus_egg.rewrites import Derive, Rule, Written, WrittenRows
 
 DECLARATIONS = """
 (constructor app (TList TList) TList)
 (relation run (TList TList T i64 i64 i64 i64))
-(relation list-cell (TList T TList i64))
-(function joined (TList) i64 :merge (max old new))
-(relation run-start (TList))
 (relation prefix (TList TList T i64 i64 i64))
-(relation slice-in (T TList i64 i64 i64))
 (relation slice-run (T TList T i64 i64 i64 i64))
-(relation span (TList TList i64 i64 i64))
 """
+
+
+def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]]) -> WrittenRows:
+    """run-start r: r is a cell of a list as written whose head is a slice, and the piece before
+    it is not the slice just before that one. slice-in t l a d s n: t, a slice of a cat as
+    written, n wide, begins s into a, the head of the cat's list cell l (s < a's width)."""
+    run_start: list[tuple[Term]] = []
+    slice_in: list[tuple[Term, Term, Term, int, int, int]] = []
+    joined: dict[Term, bool] = {}
+    for t in terms:
+        if t.op == "Cons" and t.args[1].op == "Cons" and (b := t.args[1].args[0]).op == "Sl" and b.args[1] == t.args[2]:
+            a, r = t.args[0], t.args[1]
+            joined[r] = joined.get(r, False) or (a.op == "Sl" and a.args[:2] == b.args[:2]
+                                                 and a.args[2] + a.args[3] == b.args[2])
+        elif t.op == "Sl" and t.args[0].op == "Cat" and t.args[3] > 0:
+            _, d, s, n = t.args
+            cell = t.args[0].args[0]
+            while cell.op == "Cons" and cell.args[2] == d and (w := _width(cell.args[0], d, shapes)) is not None:
+                if s < w:
+                    slice_in.append((t, cell, cell.args[0], d, s, n))
+                    break
+                s, cell = s - w, cell.args[1]
+    run_start.extend((r,) for r, j in joined.items() if not j)
+    return {"run-start": run_start, "slice-in": slice_in}
+
+
+def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int | None:
+    """A list head's static size along the list's dim: its own fact, or a stack's unsqueeze."""
+    shape = shapes.get(a)
+    if shape is not None:
+        return shape[d]
+    return 1 if a.op == "Unsqueeze" and a.args[1] == d else None
+
+
+WRITTEN = Written({"run-start": ("TList",), "slice-in": ("T", "TList", "T", "i64", "i64", "i64")}, _written)
 
 RULES = [
     # run l m x d s n c: the c list cells from l up to m (c a power of two) are slices of x along
@@ -31,18 +64,12 @@ RULES = [
     Derive("adjacent-slices", ("(run l m x d s a c)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
            ("(run l k x d s (+ a b) (* 2 c))",)),
     # Runs are merged where they start: at the head of a cat's list, or, in the list as the
-    # program wrote it, at a slice after a cell that is not its neighbour (joined r: the piece
-    # before r is the slice just before r's head; 0 when not; seed rules see every cell of the
-    # graph as written before the start rule reads the flag). A cat costs one kernel whatever its
-    # length, so merging at every cell would only build a list form per sub-run; and cells that
-    # become slices later (relu(p[i]) once relu moves out of the slices) start no run, or every
-    # cell of such a list would (that doubled the chain benchmark's e-graph).
+    # program wrote it, at a slice after a cell that is not its neighbour (run-start, WRITTEN).
+    # A cat costs one kernel whatever its length, so merging at every cell would only build a
+    # list form per sub-run; and cells that become slices later (relu(p[i]) once relu moves out
+    # of the slices) start no run, or every cell of such a list would (that doubled the chain
+    # benchmark's e-graph).
     Derive("run-start-head", ("(= t (Cat l))",), ("(run-start l)",)),
-    Derive("cell-not-joined", ("(list-cell l a r d)",), ("(set (joined r) 0)",), stage="seed"),
-    Derive("cell-joined", ("(list-cell l (Sl x d s n) r d)", "(list-cell r (Sl x d u w) m d)", "(= u (+ s n))"),
-           ("(set (joined r) 1)",), stage="seed"),
-    Derive("run-start-after-break", ("(list-cell l a r d)", "(= 0 (joined r))", "(list-cell r (Sl x d s n) m d)"),
-           ("(run-start r)",), stage="seed"),
     # prefix l m x d s n: the list l is x[s:s+n] along d followed by the list m. It grows by
     # whole runs (log2(n) rounds), and its merged forms start no prefix of their own.
     Derive("prefix", ("(run-start l)", "(run l m x d s n c)"), ("(prefix l m x d s n)",)),
@@ -58,37 +85,28 @@ RULES = [
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),
-    # A slice of a cat the program wrote is a piece, or part of one. slice-in t l d s n: t is
-    # [s, s+n) along d of cat(l); the walk follows the list cells as written (list-cell), not
-    # every merged form of them. It skips whole spans (span l m d w c: the c cells from l up to
-    # m, c a power of two, are w wide along d; spans double like runs), so the piece of a cat of
-    # n is reached in O(log n) rounds (one cell per round: unbind(stack) of 64 took 80 rounds).
-    # Not for an empty slice: at the border of two pieces it is an empty slice of each, so
-    # relu(a)[1:1] = b[0:0] = (relu(b)[0:0] after relu moves out) makes relu(e) = e, and
+    # A slice of a cat the program wrote is a piece, or part of one: slice-in (WRITTEN) names the
+    # piece it begins in, found by walking the list as written (in egglog, one cell or one
+    # doubling span per round, that walk was nearly half of saturation on the chain benchmark).
+    # Empty slices have no slice-in: at the border of two pieces one is an empty slice of each,
+    # so relu(a)[1:1] = b[0:0] = (relu(b)[0:0] after relu moves out) makes relu(e) = e, and
     # unary-out-of-slice then builds relu(relu(...)) without end (fuzzer seed 909).
-    Derive("list-cells", ("(= l (Cons a r d))",), ("(list-cell l a r d)",), stage="seed"),
-    Derive("slice-of-cat", ("(= t (Sl (Cat l) d s n))", "(> n 0)"), ("(slice-in t l d s n)",), stage="seed",
+    Derive("slice-in-piece", ("(slice-in t l a d 0 n)", "(= n (size a d))"), ("(union t a)",),
            covers="split_cat_pass"),
-    Derive("list-span", ("(list-cell l a r d)", "(= w (size a d))"), ("(span l r d w 1)",)),
-    Derive("list-span-doubling", ("(span l m d w c)", "(span m k d v c)"), ("(span l k d (+ w v) (* 2 c))",)),
-    Derive("slice-in-tail", ("(slice-in t l d s n)", "(span l r d m c)", "(>= s m)"),
-           ("(slice-in t r d (- s m) n)",), covers="split_cat_pass"),
-    Derive("slice-in-piece", ("(slice-in t l d 0 n)", "(list-cell l a r d)", "(= n (size a d))"),
-           ("(union t a)",), covers="split_cat_pass"),
-    Derive("slice-in-sliced-piece", ("(slice-in t l d s n)", "(list-cell l (Sl x d u w) r d)", "(<= (+ s n) w)"),
+    Derive("slice-in-sliced-piece", ("(slice-in t l a d s n)", "(= a (Sl x d u w))", "(<= (+ s n) w)"),
            ("(union t (Sl x d (+ u s) n))",), covers="split_cat_pass"),
     # A slice across adjacent pieces of x is a slice of x: slice-run t m x d s a n: t (n wide)
     # begins with x[s:s+a], and the rest of it (n - a) begins the list m. Only for a slice that
     # runs past the piece it starts in (a re-split of a cat mostly reads whole pieces).
-    Derive("slice-in-run", ("(slice-in t l d u n)", "(list-cell l a r d)", "(= m (size a d))", "(< u m)",
-                            "(> (+ u n) m)", "(run l k x d s w c)"),
+    Derive("slice-in-run", ("(slice-in t l a d u n)", "(= m (size a d))", "(< u m)", "(> (+ u n) m)",
+                            "(run l k x d s w c)"),
            ("(slice-run t k x d (+ s u) (- w u) n)",), covers="split_cat_pass"),
     Derive("slice-run-grows", ("(slice-run t m x d s a n)", "(< a n)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
            ("(slice-run t k x d s (+ a b) n)",)),
     Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
            covers="split_cat_pass"),
-    Derive("slice-in-part-of-op", ("(slice-in t l d s n)", "(list-cell l a r d)", "(= a (Op k xs))",
-                                   "(= m (size a d))", "(< (+ s n) m)"), ("(union t (Sl a d s n))",)),
+    Derive("slice-in-part-of-op", ("(slice-in t l a d s n)", "(= a (Op k xs))", "(= m (size a d))",
+                                   "(< (+ s n) m)"), ("(union t (Sl a d s n))",)),
     # Unbind and stack as views: a size-1 dim squeezed away is that dim merged into the next, and
     # merging commutes with slicing the outer dim, so the pieces of an unbind are slices of one
     # flattened view and a cat of them is that view (likewise stack of equal pieces → unflatten).

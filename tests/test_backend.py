@@ -274,7 +274,8 @@ def test_the_backward_pass_is_cached_under_what_it_depends_on():
 
 def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_declarations(tmp_path):
     """Inductor's caches outlive the process and the options name files: a profile that
-    ``optimus-egg tune --out`` rewrote, or a rule file declaring otherwise, once kept its uuid."""
+    ``optimus-egg tune --out`` rewrote, or a rule file declaring otherwise, once kept its uuid.
+    A rule file's written relations are Python: any change to the file is a new uuid."""
     from optimus_egg import rewrites
     from optimus_egg.backend import BackwardPass
     from optimus_egg.extract.tune import Profile
@@ -282,12 +283,15 @@ def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_
 
     profile, rules = tmp_path / "profile.json", tmp_path / "rules.py"
     uuids = []
-    for weight, relation in ((1.0, "seen_a"), (2.0, "seen_a"), (2.0, "seen_b")):  # not "a": a rule's variable
+    written = ("from optimus_egg.rewrites import Written\n"
+               "WRITTEN = Written({{'seen_w': ('T',)}}, lambda terms, shapes: {{'seen_w': [{rows}]}})\n")
+    for weight, relation, rows in ((1.0, "seen_a", ""), (2.0, "seen_a", ""), (2.0, "seen_b", ""),
+                                   (2.0, "seen_b", "(t,) for t in terms")):  # not "a": a rule's variable
         Profile("cpu", {"pointwise": 1.0, "matmul": weight}).save(profile)
-        rules.write_text(f"DECLARATIONS = '(relation {relation} (i64))'\nRULES = []\n")
+        rules.write_text(f"DECLARATIONS = '(relation {relation} (i64))'\nRULES = []\n{written.format(rows=rows)}")
         rewrites._FILES.pop(str(rules.resolve()), None)  # as a new process reads it
         uuids.append(BackwardPass(Options.from_kwargs(cost_profile=str(profile), families=[str(rules)])).uuid())
-    assert len(set(uuids)) == 3
+    assert len(set(uuids)) == 4
 
 
 

@@ -153,7 +153,8 @@ def test_long_runs_of_pieces_merge_within_the_default_budget():
 
 def test_pieces_of_a_long_cat_are_found_within_the_default_budget():
     # The walk to the piece a slice of a cat reads took one round per piece: the last of 128
-    # pieces of a stack (or cat) split again was not reached within 100 rounds. Spans double.
+    # pieces of a stack (or cat) split again was not reached within 100 rounds (slice-in is now
+    # found in one pass over the graph as written).
     xs = [torch.randn(3, 2) for _ in range(128)]
     for fn in (lambda *xs: torch.stack(torch.unbind(torch.stack(xs, 0), 0)[::-1], 1),
                lambda *xs: torch.cat(torch.split(torch.cat(xs, 0), 3, 0)[::-1], 1)):
@@ -166,10 +167,35 @@ def _cat_inputs(gm):
     return [len(n.args[0]) for n in gm.graph.nodes if n.target in (torch.cat, torch.stack)]
 
 
+def test_written_relations_name_the_piece_a_slice_begins_in_and_the_breaks_between_pieces():
+    from optimus_egg.egraph import rows
+    from optimus_egg.frontend import translate
+    from optimus_egg.ir import Term
+    from optimus_egg.pipeline import capture
+    from optimus_egg.rewrites.split_cat import WRITTEN
+    from tests.helpers import Fn
+
+    def fn(x, y):  # y is 3 wide, x's pieces 4 each, then z 2 wide: cat[:, 9:13] begins 2 into x[:, 4:8]
+        z = torch.stack([y, y], 1).flatten(1, 2)[:, :2]
+        cat = torch.cat([y, *torch.split(x, 4, 1), z], 1)
+        return cat[:, 9:13] * 2, cat[:, 15:17] * 2, cat[:, 3:3] * 2, torch.stack([y, y], 1)[:, 1] * 2
+
+    tr = translate(capture(Fn(fn), (X, torch.randn(4, 3))))
+    x, y = (tr.terms[node] for node in tr.inputs)
+    dag = rows([t for t in tr.outputs if isinstance(t, Term)], tr.facts)
+    found = WRITTEN.rows(dag.ids, {t: shape for t, shape, _ in tr.facts})
+    begins = {(t.args[2], t.args[3]): (a, s) for t, l, a, d, s, n in found["slice-in"]}
+    z = begins[(15, 2)][0]
+    assert z.op == "Sl" and z.args[0] is not x  # the last piece, found past the whole of x
+    assert begins == {(9, 4): (Term("Sl", (x, 1, 4, 4)), 2), (15, 2): (z, 0),
+                      (1, 1): (Term("Unsqueeze", (y, 1)), 0)}  # a stack's piece is 1 wide; none for [3:3]
+    assert {l.args[0] for l, in found["run-start"]} == {Term("Sl", (x, 1, 0, 4)), z}
+
+
 def test_adjacent_pieces_after_another_tensor_merge():
     x, y = torch.randn(4, 12), torch.randn(4, 3)
     report, gm = check(lambda x, y: torch.cat([y, *torch.split(x, 2, 1)], 1) + 1, x, y)
-    assert report.rules_fired["run-start-after-break"] > 0 and _cat_inputs(gm) == [2]
+    assert report.rules_fired["merge-adjacent-slices"] > 0 and _cat_inputs(gm) == [2]
 
 
 def test_runs_in_the_middle_of_a_cat_merge_each():

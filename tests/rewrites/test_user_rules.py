@@ -115,3 +115,36 @@ def test_a_python_syntax_error_is_named(tmp_path):
     path.write_text("RULES = [\n")
     with pytest.raises(ValueError, match=r"rule module '.*syntax_rules.py' failed to load: SyntaxError"):
         rewrites.family(str(path))
+
+
+WRITTEN_RULES = '''
+from optimus_egg.rewrites import Derive, Written
+
+def twice(terms, shapes):
+    return {"relu-of-relu": [(t, t.args[1]) for t in terms if t.op == "Unary" and t.args[0].startswith("relu#")
+                             and t.args[1].op == "Unary" and t.args[1].args[0].startswith("relu#")]}
+
+WRITTEN = Written({"relu-of-relu": ("T", "T")}, twice)
+RULES = [Derive("relu-of-relu-is-relu", ("(relu-of-relu t i)",), ("(union t i)",))]
+'''
+
+
+def test_a_rule_file_reads_relations_off_the_graph_as_written(tmp_path):
+    rules = tmp_path / "written_rules.py"
+    rules.write_text(WRITTEN_RULES)
+    x = torch.randn(4, 6)
+    report, gm = check(lambda x: torch.relu(torch.relu(x)) + torch.tanh(torch.tanh(x)), x, families=[str(rules)])
+    assert report.rules_fired["relu-of-relu-is-relu"] > 0 and launches(gm, x) == 4  # relu, tanh, tanh, add
+
+
+def test_a_written_relation_egglog_rejects_is_named(tmp_path):
+    from optimus_egg.egraph import check_rules
+
+    rules = tmp_path / "bad_written.py"
+    rules.write_text(WRITTEN_RULES.replace('("T", "T")', '("T", "Tensor")'))
+    with pytest.raises(ValueError, match="WRITTEN of rule family .*bad_written.py"):
+        check_rules(rewrites.families([str(rules)]))
+    rules = tmp_path / "not_written.py"
+    rules.write_text("RULES = []\nWRITTEN = {'relu-of-relu': ('T', 'T')}\n")
+    with pytest.raises(ValueError, match="WRITTEN must be an optimus_egg.rewrites.Written"):
+        rewrites.family(str(rules))
