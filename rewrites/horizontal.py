@@ -100,7 +100,9 @@ RULES = [
     D("linear-group-offset", (*A, "(= o (lin-off a))", "(= j (lin-next a))", "(= j (pos c))", "(= r (rank a))",
                               "(= n (size a (- r 1)))"), ("(set (lin-off c) (+ o n))",),
       stage="seed", covers="batch_linear_lhs"),
-    D("linear-as-slice-of-fused", (*A, "(= i (lin-first k x))", "(= i (pos h))", "(= ws (lin-ws h))",
+    # (a group of two or more: one linear alone is already its fused form)
+    D("linear-as-slice-of-fused", (*A, "(= i (lin-first k x))", "(= j (lin-last k x))", "(< j i)", "(= i (pos h))",
+                                   "(= ws (lin-ws h))",
                                    "(= bs (lin-bs h))", "(= o (lin-off a))", "(= r (rank a))", "(= n (size a (- r 1)))"),
       ("(union a (Sl (Op k (Cons x (Cons (Cat ws) (Cons (Cat bs) (Nil) -1) -1) -1)) (- r 1) o n))",),
       stage="seed", covers="batch_linear_lhs"),

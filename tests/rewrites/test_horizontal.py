@@ -57,6 +57,11 @@ def test_linears_on_different_inputs_are_not_grouped():
     assert report.rules_fired["linear-group-next"] == 6  # 3 + 3 ordered pairs, none across inputs
 
 
+def test_a_linear_alone_on_its_input_is_no_group():
+    report, gm = check(Towers(1), X)
+    assert report.rules_fired["linear-group-ends"] == 1 and "linear-as-slice-of-fused" not in report.rules_fired
+
+
 def test_linears_without_bias_are_left_alone():
     report, gm = check(Towers(5, bias=False), X)
     assert "linear-as-slice-of-fused" not in report.rules_fired
