@@ -17,6 +17,7 @@ import os
 import threading
 import time
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
@@ -394,8 +395,10 @@ def _search(tr: Translation, fams: list[rewrites.Family], dag: Rows, roots: list
     egraph = EGraph(fams)
     egraph.add(dag)
     phase("build")
-    before = select.translated(tr)
-    stats = egraph.saturate(options.budget)
+    with ThreadPoolExecutor(1) as pool:  # egglog lets go of the GIL as it runs: the graph as written meanwhile
+        translated = pool.submit(select.translated, tr)
+        stats = egraph.saturate(options.budget)
+    before = translated.result()
     report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
     report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
     phase("saturate")
