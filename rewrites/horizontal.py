@@ -101,9 +101,9 @@ RULES = [
                               "(= n (size a (- r 1)))"), ("(set (lin-off c) (+ o n))",),
       stage="seed", covers="batch_linear_lhs"),
     # (a group of two or more: one linear alone is already its fused form)
-    D("linear-as-slice-of-fused", (*A, "(= i (lin-first k x))", "(= j (lin-last k x))", "(< j i)", "(= i (pos h))",
-                                   "(= ws (lin-ws h))",
-                                   "(= bs (lin-bs h))", "(= o (lin-off a))", "(= r (rank a))", "(= n (size a (- r 1)))"),
+    D("linear-as-slice-of-fused", (*A, "(= i (lin-first k x))", "(= j (lin-last k x))", "(< j i)",
+                                   "(= i (pos h))", "(= ws (lin-ws h))", "(= bs (lin-bs h))", "(= o (lin-off a))",
+                                   "(= r (rank a))", "(= n (size a (- r 1)))"),
       ("(union a (Sl (Op k (Cons x (Cons (Cat ws) (Cons (Cat bs) (Nil) -1) -1) -1)) (- r 1) o n))",),
       stage="seed", covers="batch_linear_lhs"),
 ]
