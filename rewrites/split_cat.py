@@ -46,7 +46,7 @@ def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int 
     """A list head's static size along the list's dim: its own fact, or a stack's unsqueeze."""
     shape = shapes.get(a)
     if shape is not None:
-        return shape[d]
+        return shape[d] if d < len(shape) else None
     return 1 if a.op == "Unsqueeze" and a.args[1] == d else None
 
 
