@@ -254,9 +254,11 @@ def check_rules(families: list[Family]) -> None:
     setup = "\n".join((DECLARATIONS, *_REFS))
     for fam in families:
         for what, text in (("DECLARATIONS", fam.declarations), ("WRITTEN", fam.written and fam.written.declarations())):
-            if text and (why := rejects(setup, text)):
+            if not text:
+                continue
+            if why := rejects(setup, text):
                 raise ValueError(f"{what} of rule family {fam.name!r} are not valid egglog: {why}")
-            setup += f"\n{text or ''}"
+            setup += "\n" + text
     setup = "\n".join((setup, *_RULESETS))
     builtin = {"analysis", *all_family_names()}
     # a built-in rule rejected: a name the others declare clashes with its (relation a: variable a)

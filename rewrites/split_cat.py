@@ -22,7 +22,6 @@ def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]])
     """run-start r: r is a cell of a list as written whose head is a slice, and the piece before
     it is not the slice just before that one. slice-in t l a d s n: t, a slice of a cat as
     written, n wide, begins s into a, the head of the cat's list cell l (s < a's width)."""
-    run_start: list[tuple[Term]] = []
     slice_in: list[tuple[Term, Term, Term, int, int, int]] = []
     joined: dict[Term, bool] = {}
     for t in terms:
@@ -38,8 +37,7 @@ def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]])
                     slice_in.append((t, cell, cell.args[0], d, s, n))
                     break
                 s, cell = s - w, cell.args[1]
-    run_start.extend((r,) for r, j in joined.items() if not j)
-    return {"run-start": run_start, "slice-in": slice_in}
+    return {"run-start": [(r,) for r, j in joined.items() if not j], "slice-in": slice_in}
 
 
 def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int | None:
