@@ -31,11 +31,14 @@ from optimus_egg.pipeline import Options, Report, optimize_graph
 REPORTS: deque[Report] = deque(maxlen=64)
 BACKWARD_REPORTS: deque[Report] = deque(maxlen=64)
 
-#: Inductor config for a rewritten graph. In-place buffer reuse miscompiled the backward of the
-#: zoo's sequence model as rewritten (embedding and position-table gradients off by 0.06 on CPU,
-#: torch 2.13; exact under ``aot_eager`` and with this off); an unchanged graph keeps Inductor's
-#: defaults.
-REWRITTEN_CONFIG: dict[str, Any] = {"inplace_buffers": False}
+#: AOTAutograd config for every graph this backend compiles. A backward may reuse the memory of
+#: a tensor the forward saved for it (a "donated buffer"); torch 2.13 donates a saved tensor that
+#: shares storage with no input or output of either graph, but does not check it against the
+#: other saved tensors. A forward that saves a tensor and views of it (the softmax weights and
+#: their ``split`` pieces in the zoo's sequence model, rewritten or written so by hand) then gets
+#: a backward that overwrites the tensor while it still reads the views: gradients 0.06 off on
+#: CPU, exact under ``aot_eager``. Off, such a backward allocates its own buffers instead.
+AOT_CONFIG: dict[str, Any] = {"donated_buffer": False}
 
 
 class BackwardPass(CustomGraphPass):
@@ -139,6 +142,7 @@ def _same(node: fx.Node) -> fx.Node:
 
 def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
                         options: dict[str, Any] | None = None, mode: str | None = None) -> Any:
+    import torch._functorch.config as functorch_config
     from torch._inductor import config, list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
@@ -150,8 +154,7 @@ def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     new_gm, report = optimize_graph(gm, opts)
     REPORTS.append(report)
     patches = dict(modes[mode]) if mode is not None else {}
-    if new_gm is not gm:
-        patches.update(REWRITTEN_CONFIG)
     if config.post_grad_custom_post_pass is None:  # a pass of the user's own is left in place
         patches["post_grad_custom_post_pass"] = BackwardPass(opts)
-    return compile_fx(new_gm, example_inputs, config_patches=patches)
+    with functorch_config.patch(AOT_CONFIG):  # (AOTAutograd picks the donated buffers in here)
+        return compile_fx(new_gm, example_inputs, config_patches=patches)
