@@ -17,8 +17,10 @@ step (forward, ``sum`` of the output, backward), ``inductor`` on the twin agains
   real (FX-graph and AOTAutograd caches off, the optimizer's cache cleared); C++ kernels are
   built once in a warm-up round and reused from Inductor's on-disk cache by both columns
   (``--cold``: a fresh cache per compile, so each pays its C++ builds). Median of ``--reps``
-  rounds, each compiling every column once in a rotating order; also the CPU seconds (this
-  process and its compile workers), which machine load disturbs less than wall time, and the
+  rounds, each compiling every column once in a rotating order; also the seconds after the
+  capture (the backend's share: Dynamo traces the model as written whatever the backend), the
+  CPU seconds (this process and its compile workers), which machine load disturbs less than
+  wall time, and the
   seconds Python's cyclic collector ran (inside the phases above). Each compile starts from a
   collected heap: a full collection walks every object the process holds (~0.35 s with torch
   loaded) once enough new ones outlive younger collections, and without it a column paid for
@@ -151,11 +153,12 @@ def capture_cpu(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], train:
 
 def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
                   cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str],
-                                       dict[str, float]]:
+                                       dict[str, float], dict[str, float]]:
     """Median compile phases per column over ``reps`` rounds (after one warm-up round that
     builds every column's C++ kernels, unless ``cold``), the last round's steps (the harness's
     warm-up recompiles those Dynamo has dropped since), per column its kernel objects and
-    whether its first step matched eager, and the median CPU seconds of its capture alone."""
+    whether its first step matched eager, the median CPU seconds of its capture alone, and the
+    median seconds after the capture (each round's total less its capture)."""
     refs = {c.label: snapshot(make_step(c.model, c.model, inputs, train)(), c.model, train) for c in columns}
     samples: dict[str, list[CompileTimes]] = {c.label: [] for c in columns}
     captures: dict[str, list[float]] = {c.label: [] for c in columns}
@@ -170,13 +173,14 @@ def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], t
                 samples[c.label].append(times)
                 captures[c.label].append(capture_cpu(c.model, inputs, train))
     return ({k: CompileTimes.median(v) for k, v in samples.items()}, steps, notes,
-            {k: statistics.median(v) for k, v in captures.items()})
+            {k: statistics.median(v) for k, v in captures.items()},
+            {k: statistics.median(t.total - t.capture for t in v) for k, v in samples.items()})
 
 
 def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], train: bool, reps: int,
                step_reps: int, cold: bool) -> None:
     mode = "training" if train else "inference"
-    times, steps, notes, captures = compile_table(columns, inputs, train, reps, cold)
+    times, steps, notes, captures, after_capture = compile_table(columns, inputs, train, reps, cold)
     cache_note = "fresh Inductor cache per compile" if cold else "C++ kernels cached by a warm-up round"
     print(f"N={n} {mode}: compile + first step, median of {reps} rounds ({cache_note}; FX-graph and "
           f"AOTAutograd caches off; {torch.get_num_threads()} threads), seconds")
@@ -192,6 +196,8 @@ def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ..
     print(f"  {cruft[0]} if the rewrite took no time and Inductor as long as on the twin: {floor:.2f}s = "
           f"{floor / twin[1].total:.2f}× twin (Dynamo's capture of the cruft chain alone: "
           f"{cruft[1].capture / twin[1].total:.2f}× the twin's whole compile)")
+    print(f"  after Dynamo's capture (the backend's share: rewrite, Inductor, first run): {after_capture[cruft[0]]:.2f}s "
+          f"= {after_capture[cruft[0]] / after_capture[twin[0]]:.2f}× the twin's {after_capture[twin[0]]:.2f}s")
     cpu_floor = captures[cruft[0]] - captures[twin[0]] + twin[1].cpu
     print(f"  in CPU seconds: capture alone {captures[cruft[0]]:.2f} ({cruft[0]}) vs {captures[twin[0]]:.2f} "
           f"({twin[0]}); with a free rewrite {cpu_floor:.2f} = {cpu_floor / twin[1].cpu:.2f}× the twin's "

@@ -53,6 +53,7 @@ def test_command_prints_launches_compile_phases_and_step_time(capsys, monkeypatc
     assert "capture  optimize  inductor" in out and "× twin" in out
     assert "cruft optimus_egg" in out and "equal to eager" in out and "DIFFERS" not in out
     assert "in CPU seconds: capture alone" in out and "with a free rewrite" in out
+    assert "after Dynamo's capture (the backend's share" in out
     assert "step time, median of 2 interleaved rounds" in out
 
 
