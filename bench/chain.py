@@ -20,12 +20,11 @@ step (forward, ``sum`` of the output, backward), ``inductor`` on the twin agains
   rounds, each compiling every column once in a rotating order; also the seconds after the
   capture (the backend's share: Dynamo traces the model as written whatever the backend), the
   CPU seconds (this process and its compile workers), which machine load disturbs less than
-  wall time, and the
-  seconds Python's cyclic collector ran (inside the phases above). Each compile starts from a
-  collected heap: a full collection walks every object the process holds (~0.35 s with torch
-  loaded) once enough new ones outlive younger collections, and without it a column paid for
-  the objects the column before it left (the twin's training compile, 1.4 or 1.8 s CPU
-  depending on its turn);
+  wall time, and the seconds Python's cyclic collector ran (inside the phases above). Each
+  compile starts from a collected heap: a full collection walks every object the process holds
+  (~0.35 s with torch loaded) once enough new ones outlive younger collections, and without it
+  a column paid for the objects the column before it left (the twin's training compile, 1.4 or
+  1.8 s CPU depending on its turn);
 - step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
 """
 
