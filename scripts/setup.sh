@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Create .venv inside the checkout with everything the demo and the tests need.
-# torch is pinned here (2.13.0 is a CPU wheel on this project's machines' disk; an unpinned torch
-# downloads a multi-GB CUDA build); the package itself only asks for torch>=2.6.
+# Create a virtual environment inside the checkout (.venv, or $VENV) with everything the demo and
+# the tests need, for python3 (or $PYTHON).
+# torch is pinned here (2.13.0 is a CPU wheel on this project's machines' disk for Python 3.11; an
+# unpinned torch downloads a multi-GB CUDA build); the package itself only asks for torch>=2.6.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-    "$PY" -m venv .venv
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PY" -m venv "$VENV"
 fi
-stamp=.venv/.optimus_egg-installed
+stamp=$VENV/.optimus_egg-installed
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    .venv/bin/python -m pip install -q --disable-pip-version-check "torch==2.13.0"
-    .venv/bin/python -m pip install -q --disable-pip-version-check -e ".[test]"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0"
+    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[test]"
     touch "$stamp"
 fi

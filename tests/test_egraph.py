@@ -203,7 +203,8 @@ def test_engines_stay_in_their_thread():
 
 def test_egglog_package_imports_after_the_engine():
     """The engine loads egglog's compiled bindings without the package (whose high-level API costs
-    0.1-0.3 s to import); a later ``import egglog`` still works and shares the same module."""
+    0.1-0.3 s to import); a later ``import egglog`` still works and shares the same module (under
+    egglog 14 a second initialization of the extension panicked: ``SetLoggerError``)."""
     import subprocess
     import sys
 
