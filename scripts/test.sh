@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test suite. Fails on any failing test and on "no tests collected" (pytest exit 5).
-# $PYTHON and $VENV choose the interpreter and environment, as for scripts/setup.sh.
+# $PYTHON, $VENV and $TORCH choose the interpreter, environment and torch, as for scripts/setup.sh.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh || exit 1

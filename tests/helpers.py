@@ -4,11 +4,19 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import pytest
 import torch
 
 from optimus_egg import Report, optimize
 from optimus_egg.counting import eager_launches
 from optimus_egg.egraph import ENode, Frozen
+
+
+#: For tests that assert how CPU Inductor lays out kernels (which loops fuse, which kernels
+#: repeat), figures of torch 2.13's Inductor: torch 2.11's fuses some of them otherwise
+#: (``log_softmax(x) + x`` one loop fewer; a chain's backward kernels repeat in another pattern).
+INDUCTOR_2_13 = pytest.mark.skipif(torch.torch_version.TorchVersion(torch.__version__) < "2.13",
+                                   reason="asserts torch 2.13's CPU Inductor kernel layout")
 
 
 class Fn(torch.nn.Module):

@@ -6,6 +6,7 @@ import torch._inductor.config
 from torch import nn
 
 from optimus_egg.backend import REPORTS
+from tests.helpers import INDUCTOR_2_13
 
 
 def _compare(model, inputs, dynamic=False, extra_inputs=()):
@@ -218,6 +219,7 @@ def test_weight_gradients_that_share_one_bmm_accumulate_over_steps_and_repeated_
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
 
 
+@INDUCTOR_2_13
 @torch._inductor.config.patch(fx_graph_cache=False)
 @torch._functorch.config.patch(enable_autograd_cache=False)
 def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
@@ -242,6 +244,7 @@ def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
     assert kernels[1] == kernels[2] == kernels[3]  # the middle layers run one kernel
 
 
+@INDUCTOR_2_13
 @torch._inductor.config.patch(fx_graph_cache=False)
 @torch._functorch.config.patch(enable_autograd_cache=False)
 def test_the_saved_inputs_a_bmm_of_weight_gradients_reads_are_stacked_in_the_kernel_before_it():

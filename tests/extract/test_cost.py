@@ -11,7 +11,7 @@ from optimus_egg.extract.cost import KernelCost, MemoryCost
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
-from tests.helpers import Fn, check
+from tests.helpers import INDUCTOR_2_13, Fn, check
 
 W = torch.randn(8, 8)
 W3 = [torch.randn(16, 16) for _ in range(3)]
@@ -78,6 +78,7 @@ def _one_piece_two_stacks(x):  # each piece is copied into both stacks by one lo
     return torch.stack([a, b], 1).sum(1) * 2, torch.stack([b, a], 2).sum(2) * 3
 
 
+@INDUCTOR_2_13
 def test_inductor_model_matches_inductor_on_cpu():
     """The prediction is Inductor's own count: kernel objects and extern calls, compiled as the
     backend compiles (its post-grad pass scatters stacks of weights; ``calibrate.measure``)."""

@@ -44,6 +44,17 @@ def _example(program: Program, grad: bool) -> list[torch.Tensor]:
     return [t.clone().requires_grad_(grad and t.is_floating_point()) for t in program.inputs]
 
 
+def traced_graph(program: Program) -> torch.fx.GraphModule | None:
+    """The program as ``fx.symbolic_trace`` traces it, with torch's fake values on its nodes (None
+    where torch's own fake tensors cannot run it: torch 2.11's decomposition of a split of an
+    empty tensor raised IndexError; ``optimize`` then keeps the graph as written, and Dynamo
+    cannot capture such a program either)."""
+    try:
+        return capture(program.graph_module(), _example(program, False))
+    except Exception:  # noqa: BLE001 - torch's limits, not the optimizer's
+        return None
+
+
 def dynamo_graph(program: Program, dynamic: bool = False, grad: bool = False) -> torch.fx.GraphModule | None:
     """The program as Dynamo captures it, with static shapes or with every size it does not
     specialize symbolic, from inputs that require grad or not (None: Dynamo does not export it

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, assume, given, seed, settings
 
-from tests.fuzz.check import check_backward, check_compiled, check_program, dynamo_graph
+from tests.fuzz.check import check_backward, check_compiled, check_program, dynamo_graph, traced_graph
 from tests.fuzz.programs import Program, programs
 
 #: Flavour -> (program mix, capture: fx.symbolic_trace (None), Dynamo with static or dynamic
@@ -46,8 +46,8 @@ def test_optimize_matches_eager_on_random_programs(flavour: str, fuzz_examples: 
         elif dynamo == "backward":
             assume(check_backward(program))
         else:
-            graph = dynamo_graph(program, dynamo == "dynamic", grad) if dynamo else None
-            assume(graph is not None or not dynamo)
+            graph = dynamo_graph(program, dynamo == "dynamic", grad) if dynamo else traced_graph(program)
+            assume(graph is not None)
             check_program(program, graph, grad)
         checked += 1
 
