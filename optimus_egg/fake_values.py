@@ -7,11 +7,13 @@ fake-run again."""
 
 from __future__ import annotations
 
+import contextlib
 import operator
 from typing import Any, Callable
 
 import torch
 import torch.fx as fx
+from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
@@ -114,9 +116,14 @@ def call_key(op: str, target: Any, args: Any, kwargs: Any, node_key: Callable[[f
 
 def fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None,
              root: torch.nn.Module | None = None) -> None:
+    """Run ``node`` on its inputs' fake values. On symbolic sizes with the Python dispatcher, as
+    Dynamo traces: torch 2.11's C++ ``linear`` of a strided slice of a symbolic tensor asked it
+    for its ``numel()`` and raised."""
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _value(n, root))
     fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
-    with fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)):
+    symbolic = any(isinstance(s, torch.SymInt) for t in fakes for s in t.shape)
+    with (fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)),
+          enable_python_dispatcher() if symbolic else contextlib.nullcontext()):
         if node.op == "call_method":
             out = getattr(args[0], node.target)(*args[1:], **kwargs)
         elif node.op == "call_module":

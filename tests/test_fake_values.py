@@ -5,7 +5,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from optimus_egg import optimize
-from optimus_egg.fake_values import value_key
+from optimus_egg.fake_values import fake_run, value_key
 from tests.helpers import Fn
 
 
@@ -19,6 +19,27 @@ def test_a_call_reading_a_value_that_requires_grad_is_not_keyed():
         placeholder.meta["val"] = x
         relu = graph.call_function(torch.ops.aten.relu.default, (placeholder,))
         assert (value_key(relu) is None) == grad
+
+
+def test_a_linear_of_a_slice_of_a_symbolic_tensor_is_fake_run():
+    """torch 2.11's C++ linear asked a strided slice with symbolic sizes for its numel() and
+    raised, outside the Python dispatcher (fuzzer, backend flavour, seed 3030: the rewritten
+    graph of a dynamic-shape recompile fell back)."""
+    from torch._dynamo.source import ConstantSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+
+    mode = FakeTensorMode(shape_env=ShapeEnv())
+    x = mode.from_tensor(torch.randn(3, 11, 4), source=ConstantSource("x"),
+                         symbolic_context=StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * 3))
+    graph = torch.fx.Graph()
+    nodes = [graph.placeholder(name) for name in ("x", "w", "b")]
+    for node, value in zip(nodes, (x, mode.from_tensor(torch.randn(5, 4)), mode.from_tensor(torch.randn(5)))):
+        node.meta["val"] = value
+    piece = graph.call_function(torch.ops.aten.slice.Tensor, (nodes[0], 1, 2, 3))
+    fake_run(piece)
+    linear = graph.call_function(torch.nn.functional.linear, (piece, *nodes[1:]))
+    fake_run(linear)
+    assert linear.meta["val"].shape[1:] == (1, 5) and isinstance(linear.meta["val"].shape[0], torch.SymInt)
 
 
 class _Cube(torch.autograd.Function):
