@@ -17,7 +17,7 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
-from optimus_egg.optable import identity_dropout, storage_key, val
+from optimus_egg.optable import identity_dropout, static_shape, storage_key, val
 
 
 def propagate(graph: fx.Graph, root: torch.nn.Module, known: dict[Any, list[Any]] | None = None) -> None:
@@ -121,7 +121,7 @@ def fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None,
     for its ``numel()`` and raised."""
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _value(n, root))
     fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]
-    symbolic = any(isinstance(s, torch.SymInt) for t in fakes for s in t.shape)
+    symbolic = any(None in static_shape(t) for t in fakes)
     with (fakes[0].fake_mode if fakes else (no_inputs_mode or FakeTensorMode(allow_non_fake_inputs=True)),
           enable_python_dispatcher() if symbolic else contextlib.nullcontext()):
         if node.op == "call_method":
