@@ -13,10 +13,11 @@ from optimus_egg.egraph import ENode, Frozen
 
 
 #: For tests that assert how CPU Inductor lays out kernels (which loops fuse, which kernels
-#: repeat), figures of torch 2.13's Inductor: torch 2.11's fuses some of them otherwise
-#: (``log_softmax(x) + x`` one loop fewer; a chain's backward kernels repeat in another pattern).
+#: repeat), figures of torch 2.13's Inductor (2.14's and 2.15's agree): torch 2.11's fuses some
+#: of them otherwise (``log_softmax(x) + x`` one loop fewer; a chain's backward kernels repeat in
+#: another pattern).
 INDUCTOR_2_13 = pytest.mark.skipif(torch.torch_version.TorchVersion(torch.__version__) < "2.13",
-                                   reason="asserts torch 2.13's CPU Inductor kernel layout")
+                                   reason="asserts the CPU Inductor kernel layout of torch 2.13 to 2.15")
 
 
 class Fn(torch.nn.Module):

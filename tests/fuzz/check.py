@@ -162,7 +162,7 @@ def _guards(graph: torch.fx.GraphModule) -> int:
     return len(env.guards) if env is not None else 0
 
 
-def check_compiled(program: Program) -> bool:
+def check_compiled(program: Program, backend: Any = "optimus_egg", reference: Any = "inductor") -> bool:
     """``torch.compile(backend="optimus_egg")`` (Dynamo, the optimizer, AOTAutograd, Inductor)
     against eager: outputs and in-place writes to the inputs, within Inductor's own rounding
     (it computes half precision in float32 and fuses). Inductor is told to round where a cast
@@ -170,13 +170,14 @@ def check_compiled(program: Program) -> bool:
     to draw random numbers as eager does (``fallback_random``), so a dropout's mask is eager's
     under one seed.
 
-    False (not judged) where plain Inductor, compiled in the same state, differs from eager as
-    well: programs of one source share their code, so Dynamo recompiles a later one with dynamic
-    shapes, and torch 2.13's Inductor then computed ``linear`` of a row of ``cat([v7] * 5, -2)``
-    wrongly on its own (seed 1818, with the optimizer keeping the graph as written); and where
-    Dynamo cannot trace the program itself."""
+    False (not judged) where ``reference`` (plain Inductor), compiled in the same state, differs
+    from eager as well: programs of one source share their code, so Dynamo recompiles a later
+    one with dynamic shapes, and torch 2.13's and 2.14's Inductor then computed ``linear`` of a
+    row of ``cat([v7] * 5, -2)`` wrongly on its own (seed 1818, with the optimizer keeping the
+    graph as written; torch 2.15 computes it right); and where Dynamo cannot trace the program
+    itself. ``backend`` and ``reference`` are what ``torch.compile`` takes."""
     model = program.module()
-    compiled = torch.compile(model, backend="optimus_egg", fullgraph=True)
+    compiled = torch.compile(model, backend=backend, fullgraph=True)
     gen = torch.Generator().manual_seed(len(program.source))
     for args in (program.inputs, tuple(_fresh(t, gen) for t in program.inputs)):
         try:
@@ -185,7 +186,7 @@ def check_compiled(program: Program) -> bool:
             return False  # any backend (torch 2.11: a split of an empty tensor; see traced_graph)
         except AssertionError:
             try:
-                _compiled_matches(model, torch.compile(model, backend="inductor", fullgraph=True), args)
+                _compiled_matches(model, torch.compile(model, backend=reference, fullgraph=True), args)
             except AssertionError:
                 return False
             raise

@@ -3,6 +3,8 @@ value does not."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -118,22 +120,24 @@ def test_an_output_that_never_touched_half_keeps_its_own_tolerance():
         _outputs(eager, lambda x: (x.half() * 21, x * 3 * (1 + 1e-4)), x)
 
 
+def _off_by_one(gm: torch.fx.GraphModule, _: Any) -> Any:
+    """A backend that gets every value wrong."""
+    return lambda *args: [t + 1 for t in gm(*args)]
+
+
 def test_a_compiled_program_plain_inductor_gets_wrong_too_is_not_judged():
-    """Found by the fuzzer (seed 1818, backend flavour). Programs share a code identity, so
-    Dynamo recompiled this one with dynamic sizes after another shape of it. torch 2.13's
-    Inductor alone then gives ``v24`` other values than eager (the optimizer kept the graph as
-    written). That says nothing about the optimizer, and the check leaves it out."""
-    src = ("def forward(self, x0, x2):\n    v3 = torch.tensor_split(x2, 2, 0)\n    v7 = F.linear(v3[-1], self.w0, self.w2)\n"
-           "    v9 = torch.cat([v7, v7, v7, v7, v7], -2)\n    v14 = torch.unbind(v9, -2)[-10]\n"
-           "    v19 = torch.split(v14, 1, 1)[0]\n    v22 = torch.split(v14, 1, 0)[0]\n"
-           "    v24 = torch.cat([F.linear(v22, self.w3, self.w4)], 0)\n"
-           "    v26 = torch.split(x0, split_size_or_sections=4, dim=0)[0]\n    return (v24, v19, v26,)\n")
-    gen = torch.Generator().manual_seed(0)
-    params = {name: torch.randn(*shape, generator=gen)
-              for name, shape in {"w0": (7, 9), "w2": (7,), "w3": (5, 7), "w4": (5,)}.items()}
-    x0 = torch.randn(8, 1, generator=gen)
-    assert check_compiled(Program(src, (x0, torch.randn(4, 2, 9, generator=gen)), params))
-    assert not check_compiled(Program(src, (x0, torch.randn(2, 2, 9, generator=gen)), params))
+    """Found by the fuzzer (seed 1818, backend flavour): programs share a code identity, so
+    Dynamo recompiled one with dynamic sizes after another shape of it, and torch 2.13's Inductor
+    alone then computed it wrongly (the optimizer kept the graph as written). What the reference
+    gets wrong too says nothing about the optimizer, and the check leaves it out; what only the
+    backend gets wrong fails. torch 2.15's Inductor computes seed 1818's program right, so a
+    backend that is always wrong stands in for that Inductor."""
+    program = Program("def forward(self, x0):\n    return (torch.cat(torch.split(x0, 2, 1), 1).relu(),)\n",
+                      (torch.randn(3, 4, generator=torch.Generator().manual_seed(0)),))
+    assert check_compiled(program, backend="eager", reference=_off_by_one)
+    assert not check_compiled(program, backend=_off_by_one, reference=_off_by_one)
+    with pytest.raises(AssertionError):
+        check_compiled(program, backend=_off_by_one, reference="eager")
 
 
 def test_a_graph_whose_sizes_the_first_run_guarded_is_not_required_to_come_back_the_same():
