@@ -6,8 +6,9 @@
 # installed first; fetch them on a machine with pip access, e.g.
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform any -d .whl \
-#       egglog==13.2.0 black graphviz opentelemetry-api platformdirs pytokens pathspec
-# (what `import egglog` needs that the H200 image lacks; run there on 2026-11-29 in 5 minutes).
+#       egglog==14.0.0 black graphviz opentelemetry-api platformdirs pytokens pathspec
+# (what `import egglog` needs that the H200 image lacks; with egglog 13.2.0 it ran there on
+# 2026-11-29 in 5 minutes; 14.0.0 is what pip takes for Python 3.12, where the suite passes on CPU).
 # The package is put on the path from the checkout (no build step), and the `optimus_egg`
 # backend is registered by the harness when no installed entry point provides it.
 #

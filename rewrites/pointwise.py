@@ -39,14 +39,16 @@ RULES = [
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
-    # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the cat.
+    # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the
+    # cat. (A Binary's operands have its shape, so both take the new dim in one place.) A dropout
+    # that draws (option batch_random, optimus_egg.draws) is a Binary of its input and its random
+    # numbers: stacked dropouts are one dropout of the stack.
     Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="expand",
          covers="batch_relu/tanh/sigmoid/..."),
-    # A dropout that draws (option batch_random, optimus_egg.draws) is a Binary of its input and
-    # its random numbers: stacked dropouts are one dropout of the stack, a dropout of each
-    # unbound piece a select of one dropout of the tensor (cat and slices: the rules above).
-    Rule("draw-into-unsqueeze", "(Unsqueeze (Binary f x t) d)", "(Binary f (Unsqueeze x d) (Unsqueeze t d))",
-         (DRAWN,), stage="expand", covers="batch_dropout"),
+    Rule("binary-into-unsqueeze", "(Unsqueeze (Binary f x y) d)", "(Binary f (Unsqueeze x d) (Unsqueeze y d))",
+         stage="expand", covers="batch_aten_*, batch_dropout"),
+    # A dropout of each unbound piece is a select of one dropout of the tensor (cat and slices: the
+    # rules above).
     Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
          (DRAWN,), stage="expand", covers="batch_dropout"),
 ]

@@ -562,7 +562,8 @@ class _Builder:
         self.take(self.split(out, d) if self.chance(0.7) else self.split(out))
 
     def sliced_binary(self) -> None:
-        """The same slice of two same-shape tensors, combined elementwise; maybe glued back."""
+        """The same slice of two same-shape tensors, or slices of one and one tensor shared by
+        all, combined elementwise; maybe glued back (a stack where the slices are of one size)."""
         cands = self.ranked()
         if not cands:
             return
@@ -576,13 +577,19 @@ class _Builder:
         d = self.dim(len(shape))
         sizes = self.sizes(shape[d])
         form = self.one_of(self.BINARY)
+        one_size = len(set(sizes)) == 1
+        shared = self.new_input([*shape[:d], sizes[0], *shape[d + 1:]], self.env[a].dtype) \
+            if one_size and self.chance(0.3) else None
         outs, start = [], 0
         for n in sizes:
             sl = f"{start}, {n}"
-            outs.append(self.emit(form.format(a=f"{a}.narrow({d}, {sl})", b=f"{b}.narrow({d}, {sl})")))
+            outs.append(self.emit(form.format(a=f"{a}.narrow({d}, {sl})", b=shared or f"{b}.narrow({d}, {sl})")))
             start += n
         if self.chance(0.6):
-            self.cat(outs, d)
+            if one_size and self.chance(0.5):
+                self.stack(outs, self.draw(st.integers(-len(shape) - 1, len(shape))))
+            else:
+                self.cat(outs, d)
 
     def pieces_linear_cat(self) -> None:
         """One weight applied to every piece of a split, glued back (horizontal fusion)."""

@@ -73,6 +73,33 @@ def test_stack_of_one_op_applied_to_each_piece_is_the_op_of_the_stack():
     assert report.rules_fired["unary-into-unsqueeze"] > 0 and launches(gm, *xs) == 2
 
 
+def test_stack_of_one_binary_op_is_the_op_of_two_stacks():
+    xs = [torch.randn(4, 3) for _ in range(8)]
+    fn = lambda *t: torch.stack([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
+    report, gm = check(fn, *xs)
+    assert report.rules_fired["binary-into-unsqueeze"] > 0
+    assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two stacks and one add
+
+
+def test_pieces_times_one_shared_tensor_stacked_are_one_product():
+    x, e = torch.randn(8, 24), torch.randn(8, 4)
+    fn = lambda x, e: torch.stack([p * e for p in x.split(4, 1)], 1)  # noqa: E731
+    report, gm = check(fn, x, e)
+    assert launches(gm, x, e) == 2 < launches(fn, x, e) == 7  # the stack of e, one product (x's is a view)
+
+
+def test_stacked_binary_ops_of_different_kinds_dtypes_or_shapes_stay():
+    """Another op per piece, a stack that promotes, and a broadcasting add (an ``Op``, not a
+    ``Binary``: its operands differ in shape) keep their launches."""
+    a, b, bias = torch.randn(4, 3), torch.randn(4, 3), torch.randn(3)
+    c, d = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
+    for fn, args in [(lambda a, b: torch.stack([a + b, a * b]), (a, b)),
+                     (lambda a, b, c, d: torch.stack([a + b, c + d]), (a, b, c, d)),
+                     (lambda a, b, bias: torch.stack([a + bias, b + bias, a - bias]), (a, b, bias))]:
+        report, gm = check(fn, *args)
+        assert "binary-out-of-cat" not in report.rules_fired and launches(gm, *args) == launches(fn, *args)
+
+
 def test_detached_pieces_glued_back_are_the_detached_input():
     """``detach`` is a free Unary: it moves through split and cat as relu does."""
     def fn(x, y):
