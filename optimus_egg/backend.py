@@ -31,13 +31,13 @@ from optimus_egg.pipeline import Options, Report, optimize_graph
 REPORTS: deque[Report] = deque(maxlen=64)
 BACKWARD_REPORTS: deque[Report] = deque(maxlen=64)
 
-#: AOTAutograd config for every graph this backend compiles. A backward may reuse the memory of
-#: a tensor the forward saved for it (a "donated buffer"); torch 2.13 donates a saved tensor that
-#: shares storage with no input or output of either graph, but does not check it against the
-#: other saved tensors. A forward that saves a tensor and views of it (the softmax weights and
-#: their ``split`` pieces in the zoo's sequence model, rewritten or written so by hand) then gets
-#: a backward that overwrites the tensor while it still reads the views: gradients 0.06 off on
-#: CPU, exact under ``aot_eager``. Off, such a backward allocates its own buffers instead.
+#: AOTAutograd config for every graph this backend compiles. A backward may reuse the memory of a
+#: tensor the forward saved for it (a "donated buffer"); torch 2.13 (to 2.15) donates a saved
+#: tensor that shares storage with no input or output of either graph, but does not check it
+#: against the other saved tensors. A forward that saves a tensor and views of it (the softmax
+#: weights and their ``split`` pieces in the zoo's sequence model, rewritten or written so by hand)
+#: then gets a backward that overwrites the tensor while it still reads the views: gradients 0.06
+#: off on CPU, exact under ``aot_eager``. Off, such a backward allocates its own buffers instead.
 AOT_CONFIG: dict[str, Any] = {"donated_buffer": False}
 
 
