@@ -81,6 +81,13 @@ def test_stack_of_one_binary_op_is_the_op_of_two_stacks():
     assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two stacks and one add
 
 
+def test_stack_of_chains_of_binary_ops_is_the_chain_of_stacks():
+    xs = [torch.randn(4, 6) for _ in range(15)]
+    fn = lambda *t: torch.stack([t[i] * t[i + 5] + t[i + 10] for i in range(5)], 1)  # noqa: E731
+    report, gm = check(fn, *xs)
+    assert launches(gm, *xs) == 5 < launches(fn, *xs) == 11  # three stacks, one product, one sum
+
+
 def test_pieces_times_one_shared_tensor_stacked_are_one_product():
     x, e = torch.randn(8, 24), torch.randn(8, 4)
     fn = lambda x, e: torch.stack([p * e for p in x.split(4, 1)], 1)  # noqa: E731
