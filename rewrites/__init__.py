@@ -3,10 +3,10 @@
 A rule is egglog text over the sorts of :mod:`optimus_egg.ir`, short enough to read as the
 identity it states. A family may also read relations off the graph as written (``WRITTEN``, see
 :class:`Written`). ``analysis`` (shapes and dtypes) is always on; it never changes the graph.
-Each rule has a stage (``STAGES``): ``seed`` rules read the graph as the program wrote it, once,
-before any rewrite; ``simplify`` rules run to a fixpoint; ``expand`` rules (an op pushed through
-every slice creates a new op per sliced tensor) run one round at a time in between, within the
-budget.
+Each rule has a stage (``STAGES``): ``seed`` rules read the graph as the program wrote it, to a
+fixpoint, before any other rule; ``simplify`` rules run to a fixpoint; ``expand`` rules (an op
+pushed through every slice creates a new op per sliced tensor) run one round at a time in
+between, within the budget.
 """
 
 from __future__ import annotations

@@ -73,6 +73,21 @@ def test_stack_of_one_op_applied_to_each_piece_is_the_op_of_the_stack():
     assert report.rules_fired["unary-into-unsqueeze"] > 0 and launches(gm, *xs) == 2
 
 
+def _chain(x: torch.Tensor, depth: int) -> torch.Tensor:
+    for i in range(depth):
+        x = (torch.relu, torch.tanh, torch.sigmoid)[i % 3](x)
+    return x
+
+
+def test_stack_of_chains_of_one_op_each_is_the_chain_of_the_stack():
+    """The ops move into the stack's unsqueezes as the program is read: moved one round per op,
+    ten ops on each of eight tensors spent the default iteration budget with 25 launches left."""
+    xs = [torch.randn(4, 6) for _ in range(8)]
+    fn = lambda *t: torch.stack([_chain(x, 10) for x in t], 1)  # noqa: E731
+    report, gm = check(fn, *xs)
+    assert report.stop_reason == "saturated" and launches(gm, *xs) == 11 < launches(fn, *xs) == 81
+
+
 def test_stack_of_one_binary_op_is_the_op_of_two_stacks():
     xs = [torch.randn(4, 3) for _ in range(8)]
     fn = lambda *t: torch.stack([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
