@@ -1,5 +1,6 @@
-"""Pointwise ops move through split and cat."""
+"""Pointwise ops move through split, cat and stack."""
 
+import pytest
 import torch
 
 from tests.helpers import Fn, check, launches
@@ -49,12 +50,13 @@ def test_binary_of_misaligned_slices_is_kept():
     assert report.rules_fired.get("binary-out-of-slice", 0) == 0
 
 
-def test_one_binary_op_out_of_a_cat_of_them():
+@pytest.mark.parametrize("glue, rule", [(torch.cat, "binary-out-of-cat"), (torch.stack, "binary-into-unsqueeze")])
+def test_one_binary_op_out_of_a_cat_or_stack_of_them(glue, rule):
     xs = [torch.randn(4, 3) for _ in range(8)]
-    fn = lambda *t: torch.cat([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
+    fn = lambda *t: glue([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
     report, gm = check(fn, *xs)
-    assert report.rules_fired["binary-out-of-cat"] > 0
-    assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two cats and one add
+    assert report.rules_fired[rule] > 0
+    assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two cats (stacks) and one add
 
 
 def test_binary_ops_of_different_kinds_or_dtypes_stay_in_the_cat():
@@ -86,14 +88,6 @@ def test_stack_of_chains_of_one_op_each_is_the_chain_of_the_stack():
     fn = lambda *t: torch.stack([_chain(x, 10) for x in t], 1)  # noqa: E731
     report, gm = check(fn, *xs)
     assert report.stop_reason == "saturated" and launches(gm, *xs) == 11 < launches(fn, *xs) == 81
-
-
-def test_stack_of_one_binary_op_is_the_op_of_two_stacks():
-    xs = [torch.randn(4, 3) for _ in range(8)]
-    fn = lambda *t: torch.stack([t[i] + t[i + 4] for i in range(4)], 1)  # noqa: E731
-    report, gm = check(fn, *xs)
-    assert report.rules_fired["binary-into-unsqueeze"] > 0
-    assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two stacks and one add
 
 
 def test_stack_of_chains_of_binary_ops_is_the_chain_of_stacks():
