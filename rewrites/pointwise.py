@@ -41,9 +41,9 @@ RULES = [
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
     # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the
     # cat. A Binary's operands have its shape, so both take the new dim in one place. The ops move
-    # down a chain at once, as the program is read (seed): moved one expand round per op, eight
-    # stacked chains of 10 unary ops spent the iteration budget (81 → 25 eager launches; 11 so),
-    # and of 40 binary ops 481 → 376 (60 so). A dropout that draws (option batch_random,
+    # down a chain at once, as the program is read (seed). Moved one expand round per op, eight
+    # stacked chains of 10 unary ops spent the iteration budget (81 → 25 eager launches; 11 as
+    # seed rules), and of 40 binary ops 481 → 376 (60 as seed rules). A dropout that draws (option batch_random,
     # optimus_egg.draws) is a Binary of its input and its random numbers: stacked dropouts are one
     # dropout of the stack.
     Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="seed",

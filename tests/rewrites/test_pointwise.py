@@ -59,13 +59,17 @@ def test_one_binary_op_out_of_a_cat_or_stack_of_them(glue, rule):
     assert launches(gm, *xs) == 3 < launches(fn, *xs) == 5  # two cats (stacks) and one add
 
 
-def test_binary_ops_of_different_kinds_or_dtypes_stay_in_the_cat():
-    a, b = torch.randn(4, 3), torch.randn(4, 3)
-    report, gm = check(lambda a, b: torch.cat([a + b, a * b], 1), a, b)
-    assert "binary-out-of-cat" not in report.rules_fired
+@pytest.mark.parametrize("glue", [torch.cat, torch.stack])
+def test_binary_ops_of_different_kinds_dtypes_or_shapes_stay_in_the_cat_or_stack(glue):
+    """Another op per piece, a cat that promotes, and a broadcasting add (an ``Op``, not a
+    ``Binary``: its operands differ in shape) keep their launches."""
+    a, b, bias = torch.randn(4, 3), torch.randn(4, 3), torch.randn(3)
     c, d = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
-    report, gm = check(lambda a, b, c, d: torch.cat([a + b, c + d], 1), a, b, c, d)  # cat promotes
-    assert "binary-out-of-cat" not in report.rules_fired
+    for fn, args in [(lambda a, b: glue([a + b, a * b], 1), (a, b)),
+                     (lambda a, b, c, d: glue([a + b, c + d], 1), (a, b, c, d)),
+                     (lambda a, b, bias: glue([a + bias, b + bias, a - bias], 1), (a, b, bias))]:
+        report, gm = check(fn, *args)
+        assert "binary-out-of-cat" not in report.rules_fired and launches(gm, *args) == launches(fn, *args)
 
 
 def test_stack_of_one_op_applied_to_each_piece_is_the_op_of_the_stack():
@@ -102,18 +106,6 @@ def test_pieces_times_one_shared_tensor_stacked_are_one_product():
     fn = lambda x, e: torch.stack([p * e for p in x.split(4, 1)], 1)  # noqa: E731
     report, gm = check(fn, x, e)
     assert launches(gm, x, e) == 2 < launches(fn, x, e) == 7  # the stack of e, one product (x's is a view)
-
-
-def test_stacked_binary_ops_of_different_kinds_dtypes_or_shapes_stay():
-    """Another op per piece, a stack that promotes, and a broadcasting add (an ``Op``, not a
-    ``Binary``: its operands differ in shape) keep their launches."""
-    a, b, bias = torch.randn(4, 3), torch.randn(4, 3), torch.randn(3)
-    c, d = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 3, dtype=torch.float64)
-    for fn, args in [(lambda a, b: torch.stack([a + b, a * b]), (a, b)),
-                     (lambda a, b, c, d: torch.stack([a + b, c + d]), (a, b, c, d)),
-                     (lambda a, b, bias: torch.stack([a + bias, b + bias, a - bias]), (a, b, bias))]:
-        report, gm = check(fn, *args)
-        assert "binary-out-of-cat" not in report.rules_fired and launches(gm, *args) == launches(fn, *args)
 
 
 def test_detached_pieces_glued_back_are_the_detached_input():
