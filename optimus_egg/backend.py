@@ -65,7 +65,7 @@ class BackwardPass(CustomGraphPass):
         declare), the options, and the weights of a cost profile (the options name its file,
         which ``optimus-egg tune --out`` rewrites; Inductor's caches outlive the process)."""
         fams = rewrites.families(self.options.families)
-        rules = [(f.declared(), [r.egglog("") for r in f.rules], f.written and _file_hash(f.written.rows))
+        rules = [(f.declared(), [r.egglog() for r in f.rules], f.written and _file_hash(f.written.rows))
                  for f in fams]
         weights = load_profile(self.options.cost_profile).weights if self.options.cost_profile else None
         return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules} {weights}".encode()).hexdigest()

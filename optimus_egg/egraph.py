@@ -77,8 +77,8 @@ class _Loaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 bindings = _load_bindings()
 
 _LOAD = "load"
-#: Rulesets: shape/dtype facts, then one per rule stage (optimus_egg.rewrites.STAGES).
-_ANALYSIS, _SEED, _SIMPLIFY, _EXPAND = "analysis", *STAGES
+#: Rulesets: one per rule stage (optimus_egg.rewrites.STAGES).
+_ANALYSIS, _SEED, _SIMPLIFY, _EXPAND = STAGES
 
 
 def _loaders() -> dict[str, str]:
@@ -243,11 +243,7 @@ def _give_back(program: str, engine: Any, thread: int) -> None:
 
 
 _REFS = ("(constructor Ref (i64) T)", "(constructor LRef (i64) TList)")  # see EGraph.add
-_RULESETS = tuple(f"(ruleset {name})" for name in (_ANALYSIS, *STAGES, _LOAD))
-
-
-def _rule_text(fam: Family, rule: Any) -> str:
-    return rule.egglog(_ANALYSIS if fam.name == "analysis" else rule.stage)
+_RULESETS = tuple(f"(ruleset {name})" for name in (*STAGES, _LOAD))
 
 
 def check_rules(families: list[Family]) -> None:
@@ -288,10 +284,10 @@ def check_rules(families: list[Family]) -> None:
     declared = [f.name for f in families if f.declared() and f.name not in builtin]
     for fam in families:
         for rule in fam.rules:
-            if why := rejects(setup, _rule_text(fam, rule)):
+            if why := rejects(setup, rule.egglog()):
                 after = f" after the DECLARATIONS of {declared}" if fam.name in builtin and declared else ""
                 raise ValueError(f"rule {rule.name!r} of family {fam.name!r} is not valid egglog{after}: {why}\n"
-                                 f"  {_rule_text(fam, rule)}")
+                                 f"  {rule.egglog()}")
     raise ValueError(f"egglog rejects the rules of families {[f.name for f in families]}: {whole}")
 
 
@@ -381,7 +377,7 @@ def _depths(ids: dict[Term, int]) -> dict[Term, int]:
 
 class EGraph:
     def __init__(self, families: list[Family]) -> None:
-        rules = [_rule_text(fam, r) for fam in families for r in fam.rules]
+        rules = [r.egglog() for fam in families for r in fam.rules]
         decls = [fam.declared() for fam in families]
         program = "\n".join((DECLARATIONS, *_REFS, *decls, *_RULESETS, *rules, *_LOADERS.values(),
                              *_written_loaders(families)))

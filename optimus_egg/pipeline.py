@@ -283,7 +283,7 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
     fams = rewrites.families(options.families)
     dag = rows(roots + extra, tr.facts, [] if disjoint_outputs else roots, [f.written for f in fams if f.written])
     names = dag.ids
-    key = cache.key(tr, dag, (options, weights, [r.egglog("") for f in fams for r in f.rules], disjoint_outputs),
+    key = cache.key(tr, dag, (options, weights, [r.egglog() for f in fams for r in f.rules], disjoint_outputs),
                     roots + extra)
     hit = cache.get(key)
     models = {name: select.cost_model(name, tr.registry, weights, device) for name in select.COST_MODELS}
@@ -400,7 +400,8 @@ def _search(tr: Translation, fams: list[rewrites.Family], dag: Rows, roots: list
         stats = egraph.saturate(options.budget)
     before = translated.result()
     report.iterations, report.stop_reason = stats.iterations, stats.stop_reason
-    report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and not _is_analysis(k)}
+    derived = {r.name for f in fams for r in f.rules if r.stage == "analysis"}  # facts, not rewrites
+    report.rules_fired = {k: v for k, v in stats.rule_matches.items() if v and k not in derived}
     phase("saturate")
     frozen = egraph.freeze()
     report.enodes, report.eclasses = len(frozen.nodes), len(frozen.classes)
@@ -444,13 +445,6 @@ def _copy_cost(node: fx.Node, cost_model: str) -> float:
         return 1.0
     n = static_int(v.numel()) if isinstance(v, torch.Tensor) else None
     return 2.0 * n * v.element_size() if n is not None else 0.0
-
-
-_ANALYSIS = {r.name for r in rewrites.family("analysis").rules}
-
-
-def _is_analysis(rule: str) -> bool:
-    return rule in _ANALYSIS or rule.startswith(("unary-list", "binary-list"))
 
 
 def _grad_inputs(gm: fx.GraphModule) -> set[tuple[str, Any]]:

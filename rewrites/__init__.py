@@ -2,11 +2,13 @@
 
 A rule is egglog text over the sorts of :mod:`optimus_egg.ir`, short enough to read as the
 identity it states. A family may also read relations off the graph as written (``WRITTEN``, see
-:class:`Written`). ``analysis`` (shapes and dtypes) is always on; it never changes the graph.
-Each rule has a stage (``STAGES``): ``seed`` rules read the graph as the program wrote it, to a
-fixpoint, before any other rule; ``simplify`` rules run to a fixpoint; ``expand`` rules (an op
-pushed through every slice creates a new op per sliced tensor) run one round at a time in
-between, within the budget.
+:class:`Written`). The ``analysis`` family (shapes and dtypes) is always on.
+Each rule has a stage (``STAGES``): ``analysis`` rules derive facts (shapes, dtypes, which list
+is an op applied to each piece of another) and never make two terms equal; they run to a
+fixpoint before every round, so that a fact that takes one step per list cell costs no rounds.
+``seed`` rules read the graph as the program wrote it, to a fixpoint, before any other rule;
+``simplify`` rules run to a fixpoint; ``expand`` rules (an op pushed through every slice
+creates a new op per sliced tensor) run one round at a time in between, within the budget.
 """
 
 from __future__ import annotations
@@ -35,9 +37,10 @@ class Rule:
     covers: str = "new"  # the Optimus pass whose rewrite this rule performs, or "new"
     stage: str = "simplify"  # see STAGES
 
-    def egglog(self, ruleset: str) -> str:
+    def egglog(self) -> str:
+        """The rule as egglog text, in its stage's ruleset."""
         when = f" :when ({' '.join(self.when)})" if self.when else ""
-        return f'(rewrite {self.lhs} {self.rhs}{when} :ruleset {ruleset} :name "{self.name}")'
+        return f'(rewrite {self.lhs} {self.rhs}{when} :ruleset {self.stage} :name "{self.name}")'
 
 
 @dataclass(frozen=True)
@@ -50,9 +53,10 @@ class Derive:
     covers: str = "new"
     stage: str = "simplify"
 
-    def egglog(self, ruleset: str) -> str:
+    def egglog(self) -> str:
+        """The rule as egglog text, in its stage's ruleset."""
         return (f"(rule ({' '.join(self.query)}) ({' '.join(self.actions)})"
-                f' :ruleset {ruleset} :name "{self.name}")')
+                f' :ruleset {self.stage} :name "{self.name}")')
 
 
 AnyRule = Rule | Derive
@@ -79,7 +83,7 @@ class Written:
         return "\n".join(f"(relation {name} ({' '.join(sorts)}))" for name, sorts in self.relations.items())
 
 
-STAGES = ("seed", "simplify", "expand")
+STAGES = ("analysis", "seed", "simplify", "expand")
 
 
 def op_named(var: str, name: str) -> str:
@@ -106,6 +110,9 @@ DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
 def _check_stage(rule: "AnyRule") -> None:
     if rule.stage not in STAGES:
         raise ValueError(f"rule {rule.name!r}: unknown stage {rule.stage!r}; valid: {', '.join(STAGES)}")
+    if rule.stage == "analysis" and (isinstance(rule, Rule) or any("union" in a for a in rule.actions)):
+        raise ValueError(f"rule {rule.name!r}: an analysis rule derives facts and never makes two terms "
+                         "equal (a Derive without union); a rewrite belongs in seed, simplify or expand")
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,11 @@ facts of new terms so that the side conditions of later rules can be checked. A 
 symbolic has no fact, so no rule that needs it can fire.
 """
 
+from functools import partial
+
 from optimus_egg.rewrites import Derive
 
-D = Derive
+D = partial(Derive, stage="analysis")
 RULES = [
     # Sl(x, d, s, n): n along d, x's size elsewhere.
     D("size-slice-dim", ("(= t (Sl x d s n))",), ("(set (size t d) n)",)),

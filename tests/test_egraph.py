@@ -118,6 +118,15 @@ def test_a_rule_with_an_unknown_stage_is_refused(tmp_path):
         rewrites.family(str(mod))
 
 
+@pytest.mark.parametrize("rule", ["Rule('x', '(Unary f x)', 'x', stage='analysis')",
+                                  "Derive('x', ('(= t (Unary f x))',), ('(union t x)',), stage='analysis')"])
+def test_an_analysis_rule_that_makes_terms_equal_is_refused(tmp_path, rule):
+    mod = tmp_path / "bad_analysis.py"
+    mod.write_text(f"from optimus_egg.rewrites import Derive, Rule\nRULES = [{rule}]\n")
+    with pytest.raises(ValueError, match="never makes two terms equal"):
+        rewrites.family(str(mod))
+
+
 @pytest.mark.parametrize("rule, why", [
     ("Rule('mine', '(Unary f (Unary g x)', '(Unary g x)')", "parse error"),
     ("Rule('mine', '(Frob f x)', 'x')", "Unbound function Frob"),
