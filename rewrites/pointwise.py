@@ -21,8 +21,8 @@ RULES = [
          ("(= m (size x d))", "(= m (size y d))", WIDENS), stage="expand"),
     # unary-list l f m: the list l is f applied to each piece of m, dtypes unchanged. A fact
     # derived one cell at a time: in the analysis stage, so that a list of n pieces takes no
-    # rounds (as a simplify rule, one round per cell: the cruft chain's 8-piece cats took 18
-    # rounds in all, 12 this way).
+    # rounds (as a simplify rule, one round per cell: a cat of 200 relu'd pieces spent the 100
+    # rounds and kept its 201 launches; the cruft chain took 18 rounds, 12 this way).
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),
            ("(unary-list l f (Cons a (Nil) d))",), stage="analysis"),

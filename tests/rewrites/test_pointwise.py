@@ -15,6 +15,15 @@ def test_split_pointwise_per_piece_cat_is_one_pointwise():
         assert report.kernels_after == 1 and launches(gm, X) == 1, report.summary()
 
 
+@pytest.mark.parametrize("op", [torch.relu, lambda p: p * p])
+def test_an_op_of_each_of_200_pieces_comes_out_within_the_default_budget(op):
+    """Whether a list is one op applied to each piece of another is a fact built one cell at a
+    time: as a rewrite stage, one round per cell, and 200 pieces spent the 100 rounds unchanged."""
+    x = torch.randn(2, 200)
+    report, gm = check(lambda x: torch.cat([op(p) for p in x.split(1, 1)], 1), x)
+    assert report.stop_reason == "saturated" and launches(gm, x) == 1, report.summary()
+
+
 def test_cat_of_one_op_over_different_tensors_pulls_the_op_out():
     a, b = torch.randn(4, 3), torch.randn(4, 5)
     report, gm = check(lambda a, b: torch.cat([torch.tanh(a), torch.tanh(b)], 1), a, b)
