@@ -224,6 +224,16 @@ def timed_optimize(gm: torch.fx.GraphModule, reps: int) -> tuple[torch.fx.GraphM
     return new_gm, report, [r.total_seconds for _, r in runs]
 
 
+def searched(n: int, before: int, after: int, report: Report, totals: list[float], capture_s: float,
+             floor: str = "") -> str:
+    """One line on :func:`timed_optimize`'s searches of an ``n``-block model."""
+    phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
+    return (f"N={n}: eager launches {before} → {after}{floor}; {report.enodes} e-nodes, {report.iterations} "
+            f"iterations ({report.stop_reason}); optimize {report.total_seconds:.2f}s, median of {len(totals)} "
+            f"({min(totals):.2f}–{max(totals):.2f}s; the median run: {phases}); Dynamo's capture "
+            f"{capture_s:.2f}s, the optimizer {report.total_seconds / capture_s:.2f}× it")
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("blocks", type=int, nargs="+")
@@ -248,12 +258,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         captured = capture(model, inputs)
         capture_s = time.perf_counter() - began
         gm, report, totals = timed_optimize(captured, args.reps)
-        phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
-        print(f"N={n}: eager launches {eager_launches(model, *inputs)} → {eager_launches(gm, *inputs)} "
-              f"(twin {eager_launches(twin, *inputs)}); {report.enodes} e-nodes, {report.iterations} "
-              f"iterations ({report.stop_reason}); optimize {report.total_seconds:.2f}s, median of {len(totals)} "
-              f"({min(totals):.2f}–{max(totals):.2f}s; the median run: {phases}); Dynamo's capture "
-              f"{capture_s:.2f}s, the optimizer {report.total_seconds / capture_s:.2f}× it")
+        print(searched(n, eager_launches(model, *inputs), eager_launches(gm, *inputs), report, totals, capture_s,
+                       f" (twin {eager_launches(twin, *inputs)})"))
         if args.no_compile:
             continue
         warm_up(CPU)

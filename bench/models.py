@@ -59,6 +59,27 @@ def chain(blocks: int, clean: bool = False, batch: int = 32, width: int = 64) ->
     return make
 
 
+class WideTowers(nn.Module):
+    """N per-feature towers (a Linear, then a ReLU) on the pieces of one tensor, glued back: a
+    recommendation model's dense features, N ops wide where the chain is one op wide."""
+
+    def __init__(self, towers: int, width: int = 4) -> None:
+        super().__init__()
+        self.width = width
+        self.towers = nn.ModuleList(nn.Linear(width, width) for _ in range(towers))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.relu(t(p)) for t, p in zip(self.towers, x.split(self.width, dim=1))], dim=1)
+
+
+def wide(towers: int, batch: int = 32, width: int = 4) -> Factory:
+    def make() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+        torch.manual_seed(0)
+        return WideTowers(towers, width), (torch.randn(batch, towers * width),)
+
+    return make
+
+
 class RecDemo(nn.Module):
     """A small recommendation model: dense features split into per-feature towers, embedding
     bags pooled and glued back, and the split/cat cruft that accumulates around them."""

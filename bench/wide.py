@@ -1,0 +1,38 @@
+"""Measure the optimizer on wide graphs: ``python -m optimus_egg.bench.wide 100 200 400``.
+
+N towers side by side (:class:`~optimus_egg.bench.models.WideTowers`), where the chain benchmark
+(:mod:`optimus_egg.bench.chain`) is one op wide and N blocks deep. Horizontal fusion groups the N
+linears into one ``baddbmm``; its seed rules chain the members one per round, so here the search
+grows with the width. Prints eager launches before and after, the e-graph, the optimizer's
+phases (the median of ``--reps`` searches) and Dynamo's capture time as the yardstick, as the
+chain benchmark does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Sequence
+
+from optimus_egg.bench.chain import searched, timed_optimize
+from optimus_egg.bench.models import wide
+from optimus_egg.counting import eager_launches
+from optimus_egg.pipeline import capture
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("towers", type=int, nargs="+")
+    parser.add_argument("--reps", type=int, default=3, help="optimize runs (median)")
+    args = parser.parse_args(argv)
+    for n in args.towers:
+        model, inputs = wide(n)()
+        began = time.perf_counter()
+        captured = capture(model, inputs)
+        capture_s = time.perf_counter() - began
+        gm, report, totals = timed_optimize(captured, args.reps)
+        print(searched(n, eager_launches(model, *inputs), eager_launches(gm, *inputs), report, totals, capture_s))
+
+
+if __name__ == "__main__":
+    main()
