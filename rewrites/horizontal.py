@@ -42,6 +42,9 @@ DECLARATIONS = """
 (relation linear-key (String))
 (relation mm-key (String))
 (relation norm-key (String))
+(relation call1 (T String T))
+(relation call2 (T String T T))
+(relation call3 (T String T T T))
 (relation lin-member (String T i64 T T T))
 (function lin-first (String T) i64 :merge (max old new))
 (function lin-last (String T) i64 :merge (min old new))
@@ -69,9 +72,19 @@ DECLARATIONS = """
 (function tn-bs (BatchSig T i64) TList :merge old)
 ; linears over the pieces that tile x along dim 1 (the same, for linear groups)
 (function tl-member (BatchSig T i64) T :merge old)
+; the piece of x at st, in group s, ends at e (both tiled forms)
+(relation tile-before (BatchSig T i64 i64))
 (function tl-ws (BatchSig T i64) TList :merge old)
 (function tl-bs (BatchSig T i64) TList :merge old)
 """
+
+
+def args(*items: str) -> str:
+    """An ``Op`` argument list."""
+    out = "(Nil)"
+    for item in reversed(items):
+        out = f"(Cons {item} {out} -1)"
+    return out
 
 
 #: lin-member k x i a w b: a, at pos i, is linear(x, w, b) of key k, w and b of one dtype, a not
@@ -82,13 +95,17 @@ A = ("(lin-member k x i a w b)",)
 C = ("(lin-member k x j c w2 b2)",)
 D = Derive
 RULES = [
-    # The keys of each op grouped, filled once: with the name test inline in the member rules,
+    # The keys of each op grouped, and every call by its tensor operands (callN t k ...), read
+    # once: the member rules below join these with shape facts. With the name test inline,
     # pairing two calls cost ~13 ms per seed round on a backward graph of ~600 calls and no
-    # linear, and a layer norm's member rule was a third of the seed on 200 linears.
+    # linear; matching the call's argument list inline, a layer norm's member rule was joined
+    # again in every seed round (1.7 of 3.5 s on 200 norms; 0.2 s in all this way).
     *(D(rel, ("(= t (Op k l))", op_named("k", op)), (f"({rel} k)",), stage="seed", covers=covers)
       for op, rel, covers in (("linear", "linear-key", "batch_linear_lhs"), ("mm", "mm-key", "batch_linear_post_grad"),
                               ("layer_norm", "norm-key", "batch_layernorm"))),
-    D("linear-member", ("(= a (Op k (Cons x (Cons w (Cons b (Nil) -1) -1) -1)))", "(linear-key k)",
+    *(D(f"call{len(vs)}", (f"(= t (Op k {args(*vs)}))",), (f"(call{len(vs)} t k {' '.join(vs)})",), stage="seed",
+        covers="batch_linear/batch_layernorm") for vs in (("x",), ("x", "w"), ("x", "w", "b"))),
+    D("linear-member", ("(call3 a k x w b)", "(linear-key k)",
                         "(= dt (dtype w))", "(= dt (dtype b))", "(= 0 (output a))", "(= i (pos a))"),
       ("(lin-member k x i a w b)",), stage="seed", covers="batch_linear_lhs"),
     D("linear-group-ends", A, ("(set (lin-first k x) i)", "(set (lin-last k x) i)"),
@@ -117,8 +134,8 @@ RULES = [
 
 def linear_member(bias: bool) -> tuple[str, ...]:
     """``t = linear(x, w[, b])``: ``x`` is ``[n, i]``, ``w`` ``[o, i]``, ``b`` ``[o]``, one dtype."""
-    args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if bias else "(Cons x (Cons w (Nil) -1) -1)"
-    return (f"(= t (Op k {args}))", "(linear-key k)", "(= 2 (rank x))", "(= 2 (rank w))",
+    call = "(call3 t k x w b)" if bias else "(call2 t k x w)"
+    return (call, "(linear-key k)", "(= 2 (rank x))", "(= 2 (rank w))",
             "(= n (size x 0))", "(= i (size x 1))", "(= o (size w 0))", "(= dt (dtype x))", "(= dt (dtype w))",
             "(= 0 (output t))", "(= h (height t))",
             *(("(= 1 (rank b))", "(= o (size b 0))", "(= dt (dtype b))") if bias else ()))
@@ -128,18 +145,18 @@ def mm_member() -> tuple[str, ...]:
     """``t = mm(x, w)``: ``x`` is ``[n, i]``, ``w`` ``[i, o]``, one dtype; grouped by depth, not
     height (``h``): a backward's weight gradients ``mm(grad.T, input)`` are all read by the
     output alone, whatever height each one's gradient is computed at."""
-    return ("(= t (Op k (Cons x (Cons w (Nil) -1) -1)))", "(mm-key k)", "(= 2 (rank x))", "(= 2 (rank w))",
+    return ("(call2 t k x w)", "(mm-key k)", "(= 2 (rank x))", "(= 2 (rank w))",
             "(= n (size x 0))", "(= i (size x 1))", "(= i (size w 0))", "(= o (size w 1))", "(= dt (dtype x))",
             "(= dt (dtype w))", "(= 0 (output t))", "(= h (depth t))")
 
 
 def norm_member(affine: bool) -> tuple[str, ...]:
     """``t = layer_norm(x[, w, b])``: ``x`` is ``[n, i]``, ``w`` and ``b`` ``[i]``, one dtype."""
-    args = "(Cons x (Cons w (Cons b (Nil) -1) -1) -1)" if affine else "(Cons x (Nil) -1)"
+    call = "(call3 t k x w b)" if affine else "(call1 t k x)"
     # (the affine applied after the norm rounds once more: only where that rounding is fine)
     params = ("(= 1 (rank w))", "(= i (size w 0))", "(= dt (dtype w))", "(= 1 (rank b))", "(= i (size b 0))",
               "(= dt (dtype b))", '(!= dt "float16")', '(!= dt "bfloat16")')
-    return (f"(= t (Op k {args}))", "(norm-key k)", "(= 2 (rank x))", "(= n (size x 0))",
+    return (call, "(norm-key k)", "(= 2 (rank x))", "(= n (size x 0))",
             "(= i (size x 1))", "(= dt (dtype x))", "(= 0 (output t))", "(= h (height t))",
             *(params if affine else ()))
 
@@ -191,14 +208,6 @@ def as_select_of(fused: str, form: int, lists: tuple[str, ...]) -> tuple[tuple[s
     return query, actions
 
 
-def args(*items: str) -> str:
-    """An ``Op`` argument list."""
-    out = "(Nil)"
-    for item in reversed(items):
-        out = f"(Cons {item} {out} -1)"
-    return out
-
-
 WT = f"(Op {built('transpose', 1, 2)} {args('(Cat ws)')})"  # [g, o, i] -> [g, i, o]
 NORM = '(Op (+ k "-plain") ' + args("(Cat xs)") + ")"  # the group's layer norm without weights
 RULES += [
@@ -218,17 +227,20 @@ RULES += [
 
 # Layer norms with weights over the pieces that tile one tensor along dim 1, keyed by where each
 # piece starts (the list order is the pieces' order, whatever the program order): a member of
-# group s reads Sl(x, 1, st, d); the stacks run from the piece at st to the last one.
+# group s reads Sl(x, 1, st, d); the stacks run from the piece at st to the last one, each cell
+# found from the next by tile-before (the piece at st ends at e): looked up as (+ st d), every
+# new cell scanned the group's pieces (200 linears: a quarter of the seed).
 TILE = ("(= s (bl-sig a))", "(= s (Batch k h n d d dt 2))", "(= xa (bl-x a))", "(= xa (Sl x 1 st d))")
 PIECE = ("(= a (tn-member s x st))", "(= s (Batch k h n d d dt 2))", "(= w (bl-w a))", "(= b (bl-b a))")
 TILED_NORM = '(Op (+ k "-plain") ' + args("(Unflat x 1 g)") + ")"  # the norm of x viewed as [n, g, d]
 FUSED = f"(Op {built('addcmul')} {args('(Cat bs)', TILED_NORM, '(Cat ws)')})"
 RULES += [
-    D("tiled-norm-member", TILE, ("(set (tn-member s x st) a)",), stage="seed", covers="batch_layernorm"),
+    D("tiled-norm-member", TILE, ("(set (tn-member s x st) a)", "(tile-before s x (+ st d) st)"), stage="seed",
+      covers="batch_layernorm"),
     D("tiled-norm-stack-last", (*PIECE, "(= (+ st d) (size x 1))"),
       ("(set (tn-ws s x st) (Cons (Unsqueeze w 0) (Nil) 0))", "(set (tn-bs s x st) (Cons (Unsqueeze b 0) (Nil) 0))"),
       stage="seed", covers="batch_layernorm"),
-    D("tiled-norm-stack", (*PIECE, "(= ws (tn-ws s x (+ st d)))", "(= bs (tn-bs s x (+ st d)))"),
+    D("tiled-norm-stack", ("(= ws (tn-ws s x e))", "(= bs (tn-bs s x e))", "(tile-before s x e st)", *PIECE),
       ("(set (tn-ws s x st) (Cons (Unsqueeze w 0) ws 0))", "(set (tn-bs s x st) (Cons (Unsqueeze b 0) bs 0))"),
       stage="seed", covers="batch_layernorm"),
     # select st / d of addcmul(stack(b), norm(x as [n, g, d]), stack(w)) is member a: its own
@@ -271,11 +283,12 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
                   for fact in (f"(rank {t}) 3", f"(dtype {t}) dt",
                                *(f"(size {t} {d}) {v}" for d, v in enumerate(dims))))
     return [
-        D(f"tiled-linear-member{suffix}", tile, ("(set (tl-member s x st) a)",), stage="seed", covers="batch_linear"),
+        D(f"tiled-linear-member{suffix}", tile, ("(set (tl-member s x st) a)", "(tile-before s x (+ st i) st)"),
+          stage="seed", covers="batch_linear"),
         D(f"tiled-linear-stack-last{suffix}", (*piece, "(= (+ st i) (size x 1))"), stacks("(Nil)"),
           stage="seed", covers="batch_linear"),
-        D(f"tiled-linear-stack{suffix}", (*piece, *(f"(= {v} (tl-{v} s x (+ st i)))" for v in lists)), stacks(""),
-          stage="seed", covers="batch_linear"),
+        D(f"tiled-linear-stack{suffix}", (*(f"(= {v} (tl-{v} s x e))" for v in lists), "(tile-before s x e st)", *piece),
+          stacks(""), stage="seed", covers="batch_linear"),
         # member a is its own piece times its own weight (plus its own bias): the stacks hold
         # the member that owns each start (tl-member keeps one per start; only that one is
         # rewritten, as for the norms). (The select of y goes in first: the extractor's fusion
