@@ -8,7 +8,15 @@ that the cat of the operands concatenates the same values (no promotion).
 from optimus_egg.optable import DRAWS, EXACT
 from optimus_egg.rewrites import Derive, Rule
 
-DECLARATIONS = "(relation unary-list (TList String TList)) (relation binary-list (TList String TList TList))"
+#: unary-list l f: the operands m of a list l that is f applied to each piece of m; binary-list
+#: l f: the pair of operand lists. Functions, one value each (any is right: the lists are equal
+#: term by term): a list class that holds a cons of itself (one with an empty piece) would
+#: otherwise derive ever longer operand lists within one analysis fixpoint.
+DECLARATIONS = """
+(function unary-list (TList String) TList :merge old)
+(datatype Operands (Pair TList TList))
+(function binary-list (TList String) Operands :merge old)
+"""
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
 #: on the elements written only (``optimus_egg.optable.computes_exactly``).
@@ -19,25 +27,26 @@ RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
          ("(= m (size x d))", "(= m (size y d))", WIDENS), stage="expand"),
-    # unary-list l f m: the list l is f applied to each piece of m, dtypes unchanged. A fact
+    # unary-list l f = m: the list l is f applied to each piece of m, dtypes unchanged. A fact
     # derived one cell at a time: in the analysis stage, so that a list of n pieces takes no
     # rounds (as a simplify rule, one round per cell: a cat of 200 relu'd pieces spent the 100
     # rounds and kept its 201 launches; the cruft chain took 18 rounds, 12 this way).
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),
-           ("(unary-list l f (Cons a (Nil) d))",), stage="analysis"),
-    Derive("unary-list-cons", ("(= l (Cons (Unary f a) r d))", "(unary-list r f m)",
+           ("(set (unary-list l f) (Cons a (Nil) d))",), stage="analysis"),
+    Derive("unary-list-cons", ("(= l (Cons (Unary f a) r d))", "(= m (unary-list r f))",
                                "(= k (dtype a))", "(= k (dtype (Unary f a)))"),
-           ("(unary-list l f (Cons a m d))",), stage="analysis"),
-    Rule("unary-out-of-cat", "(Cat l)", "(Unary f (Cat m))", ("(unary-list l f m)",)),
-    # binary-list l f m n: the list l is f applied to the pieces of m and n, one dtype throughout.
+           ("(set (unary-list l f) (Cons a m d))",), stage="analysis"),
+    Rule("unary-out-of-cat", "(Cat l)", "(Unary f (Cat m))", ("(= m (unary-list l f))",)),
+    # binary-list l f = (Pair m n): the list l is f applied to the pieces of m and n, one dtype
+    # throughout.
     Derive("binary-list-last", ("(= l (Cons (Binary f a b) (Nil) d))", "(= k (dtype a))", "(= k (dtype b))",
                                 "(= k (dtype (Binary f a b)))"),
-           ("(binary-list l f (Cons a (Nil) d) (Cons b (Nil) d))",), stage="analysis"),
-    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(binary-list r f m n)", "(= k (dtype a))",
+           ("(set (binary-list l f) (Pair (Cons a (Nil) d) (Cons b (Nil) d)))",), stage="analysis"),
+    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(= (Pair m n) (binary-list r f))", "(= k (dtype a))",
                                 "(= k (dtype b))", "(= k (dtype (Binary f a b)))"),
-           ("(binary-list l f (Cons a m d) (Cons b n d))",), stage="analysis"),
-    Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(binary-list l f m n)",),
+           ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
+    Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
          covers="batch_aten_add/sub/mul/div"),
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),

@@ -176,3 +176,32 @@ def test_an_integer_division_is_not_moved_out_of_slices():
     b[:, 2:4] = 0
     report, _ = check(fn, a, b, trials=1)
     assert "binary-out-of-slice" not in report.rules_fired
+
+
+_CYCLIC_LIST = """
+from optimus_egg import rewrites
+from optimus_egg.egraph import Budget, EGraph, rows
+from optimus_egg.ir import Term
+x = Term("Input", (0,))
+r = Term("Unary", ("relu#0", x))
+one = Term("Cons", (r, Term("Nil", ()), 1))
+two = Term("Cons", (r, one, 1))
+dag = rows([Term("Cat", (one,)), Term("Cat", (two,))], [(x, [4, 0], "float32"), (r, [4, 0], "float32")])
+eg = EGraph(rewrites.families(["pointwise"]))
+eg.add(dag)
+eg._run(f"(union (LRef {dag.ids[one]}) (LRef {dag.ids[two]}))")
+print(eg.saturate(Budget(max_iterations=5)).stop_reason)
+"""
+
+
+def test_a_list_class_that_holds_a_cons_of_itself_saturates():
+    """relu(x) is empty along the list's dim, so [relu(x)] and [relu(x), relu(x)] are one list:
+    its class holds a cons of itself. Its operand list is derived in the analysis stage, run to
+    a fixpoint before every round: as a relation, each derived operand list made a longer one
+    and that fixpoint never came (a hang); as a function, the class gets one."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _CYCLIC_LIST], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "saturated"
