@@ -11,7 +11,8 @@ from optimus_egg.ir import Term
 from optimus_egg.rewrites import Derive, Rule, Written, WrittenRows
 
 DECLARATIONS = """
-(constructor app (TList TList) TList)
+(relation app-wanted (TList TList))
+(function app (TList TList) TList :merge old)
 (relation run (TList TList T i64 i64 i64 i64))
 (relation prefix (TList TList T i64 i64 i64))
 (relation slice-run (T TList T i64 i64 i64 i64))
@@ -76,10 +77,18 @@ RULES = [
     Derive("merge-adjacent-slices", ("(prefix l m x d s n)",), ("(union l (Cons (Sl x d s n) m d))",),
            covers="merge_getitem_cat_pass"),
     # A cat inside a cat along the same dim is its pieces in place (lists along a dim are the
-    # contents of a cat; argument lists use dim -1 and never match). app appends two lists.
-    Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "(app (Cons h t d) r)", ("(>= d 0)",)),
-    Rule("append-nil", "(app (Nil) r)", "r"),
-    Rule("append-cons", "(app (Cons a t d) r)", "(Cons a (app t r) d)"),
+    # contents of a cat; argument lists use dim -1 and never match). app l r is the list l then
+    # r, derived for the pairs a cat in a cat asks for (app-wanted) in the analysis stage: a
+    # whole list at once, where appending as a rewrite moved one cell per round (a cat of 200
+    # inputs inside a cat spent the 100 rounds and stayed two cats). A function, one value per
+    # pair: a list class holding a cons of itself gets one (see pointwise's unary-list).
+    Derive("app-wanted", ("(= c (Cons (Cat l) r d))", "(= l (Cons h t d))", "(>= d 0)"), ("(app-wanted l r)",),
+           stage="analysis"),
+    Derive("app-wanted-tail", ("(app-wanted l r)", "(= l (Cons a t d))"), ("(app-wanted t r)",), stage="analysis"),
+    Derive("append-nil", ("(app-wanted l r)", "(= l (Nil))"), ("(set (app l r) r)",), stage="analysis"),
+    Derive("append-cons", ("(app-wanted l r)", "(= l (Cons a t d))", "(= o (app t r))"), ("(set (app l r) (Cons a o d))",),
+           stage="analysis"),
+    Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "o", ("(>= d 0)", "(= o (app (Cons h t d) r))")),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),

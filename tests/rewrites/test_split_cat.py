@@ -268,6 +268,14 @@ def test_cat_inside_a_cat_along_the_same_dim_is_flattened():
         assert report.rules_fired["cat-of-cat"] > 0 and launches(gm, a, b, c) == 2  # one cat, one mul
 
 
+def test_a_cat_of_120_inputs_inside_a_cat_is_flattened_within_the_default_budget():
+    """Appending one list to another is derived a whole list at once: as a rewrite it moved one
+    cell per round, and 120 cells spent the 100 rounds with the two cats still there."""
+    xs = [torch.randn(4, 2) for _ in range(121)]
+    report, gm = check(lambda *xs: torch.cat([torch.cat(xs[:-1], 1), xs[-1]], 1) * 2, *xs)
+    assert report.stop_reason == "saturated" and launches(gm, *xs) == 2, report.summary()  # one cat, one mul
+
+
 def test_cat_inside_a_cat_along_another_dim_stays():
     a, b = torch.randn(4, 3), torch.randn(4, 3)
     report, gm = check(lambda a, b: torch.cat([torch.cat([a, b], 0), torch.cat([b, a], 0)], 1) * 2, a, b)
