@@ -224,11 +224,16 @@ def timed_optimize(gm: torch.fx.GraphModule, reps: int) -> tuple[torch.fx.GraphM
     return new_gm, report, [r.total_seconds for _, r in runs]
 
 
-def searched(n: int, before: int, after: int, report: Report, totals: list[float], capture_s: float,
-             floor: str = "") -> str:
-    """One line on :func:`timed_optimize`'s searches of an ``n``-block model."""
+def searched(n: int, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], reps: int, floor: str = "") -> str:
+    """Capture an ``n``-block ``model`` as Dynamo does and :func:`timed_optimize` it: one line on
+    the searches, with the capture's seconds as the yardstick (``floor``: what to compare with)."""
+    began = time.perf_counter()
+    captured = capture(model, inputs)
+    capture_s = time.perf_counter() - began
+    gm, report, totals = timed_optimize(captured, reps)
     phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
-    return (f"N={n}: eager launches {before} → {after}{floor}; {report.enodes} e-nodes, {report.iterations} "
+    return (f"N={n}: eager launches {eager_launches(model, *inputs)} → {eager_launches(gm, *inputs)}{floor}; "
+            f"{report.enodes} e-nodes, {report.iterations} "
             f"iterations ({report.stop_reason}); optimize {report.total_seconds:.2f}s, median of {len(totals)} "
             f"({min(totals):.2f}–{max(totals):.2f}s; the median run: {phases}); Dynamo's capture "
             f"{capture_s:.2f}s, the optimizer {report.total_seconds / capture_s:.2f}× it")
@@ -254,12 +259,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n in args.blocks:
         model, inputs = chain(n)()
         twin, _ = chain(n, clean=True)()
-        began = time.perf_counter()
-        captured = capture(model, inputs)
-        capture_s = time.perf_counter() - began
-        gm, report, totals = timed_optimize(captured, args.reps)
-        print(searched(n, eager_launches(model, *inputs), eager_launches(gm, *inputs), report, totals, capture_s,
-                       f" (twin {eager_launches(twin, *inputs)})"))
+        print(searched(n, model, inputs, args.reps, f" (twin {eager_launches(twin, *inputs)})"))
         if args.no_compile:
             continue
         warm_up(CPU)

@@ -11,13 +11,10 @@ chain benchmark does.
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Sequence
 
-from optimus_egg.bench.chain import searched, timed_optimize
+from optimus_egg.bench.chain import searched
 from optimus_egg.bench.models import wide
-from optimus_egg.counting import eager_launches
-from optimus_egg.pipeline import capture
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -26,12 +23,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="optimize runs (median)")
     args = parser.parse_args(argv)
     for n in args.towers:
-        model, inputs = wide(n)()
-        began = time.perf_counter()
-        captured = capture(model, inputs)
-        capture_s = time.perf_counter() - began
-        gm, report, totals = timed_optimize(captured, args.reps)
-        print(searched(n, eager_launches(model, *inputs), eager_launches(gm, *inputs), report, totals, capture_s))
+        print(searched(n, *wide(n)(), args.reps))
 
 
 if __name__ == "__main__":

@@ -287,8 +287,9 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
           stage="seed", covers="batch_linear"),
         D(f"tiled-linear-stack-last{suffix}", (*piece, "(= (+ st i) (size x 1))"), stacks("(Nil)"),
           stage="seed", covers="batch_linear"),
-        D(f"tiled-linear-stack{suffix}", (*(f"(= {v} (tl-{v} s x e))" for v in lists), "(tile-before s x e st)", *piece),
-          stacks(""), stage="seed", covers="batch_linear"),
+        D(f"tiled-linear-stack{suffix}",
+          (*(f"(= {v} (tl-{v} s x e))" for v in lists), "(tile-before s x e st)", *piece), stacks(""),
+          stage="seed", covers="batch_linear"),
         # member a is its own piece times its own weight (plus its own bias): the stacks hold
         # the member that owns each start (tl-member keeps one per start; only that one is
         # rewritten, as for the norms). (The select of y goes in first: the extractor's fusion

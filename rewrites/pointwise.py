@@ -30,7 +30,7 @@ RULES = [
     # unary-list l f = m: the list l is f applied to each piece of m, dtypes unchanged. A fact
     # derived one cell at a time: in the analysis stage, so that a list of n pieces takes no
     # rounds (as a simplify rule, one round per cell: a cat of 200 relu'd pieces spent the 100
-    # rounds and kept its 201 launches; the cruft chain took 18 rounds, 12 this way).
+    # rounds and kept its 201 launches).
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),
            ("(set (unary-list l f) (Cons a (Nil) d))",), stage="analysis"),
@@ -43,8 +43,8 @@ RULES = [
     Derive("binary-list-last", ("(= l (Cons (Binary f a b) (Nil) d))", "(= k (dtype a))", "(= k (dtype b))",
                                 "(= k (dtype (Binary f a b)))"),
            ("(set (binary-list l f) (Pair (Cons a (Nil) d) (Cons b (Nil) d)))",), stage="analysis"),
-    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(= (Pair m n) (binary-list r f))", "(= k (dtype a))",
-                                "(= k (dtype b))", "(= k (dtype (Binary f a b)))"),
+    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(= (Pair m n) (binary-list r f))",
+                                "(= k (dtype a))", "(= k (dtype b))", "(= k (dtype (Binary f a b)))"),
            ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
          covers="batch_aten_add/sub/mul/div"),
