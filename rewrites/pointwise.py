@@ -30,11 +30,13 @@ RULES = [
     # unary-list l f = m: the list l is f applied to each piece of m, dtypes unchanged. A fact
     # derived one cell at a time: in the analysis stage, so that a list of n pieces takes no
     # rounds (as a simplify rule, one round per cell: a cat of 200 relu'd pieces spent the 100
-    # rounds and kept its 201 launches).
+    # rounds and kept its 201 launches). The fact found last round comes first in the query:
+    # egglog's join follows the order written, and the cell first cost 2.6x (0.144 vs 0.055 s
+    # over the 200 cells of 200 towers; 0.079 vs 0.049 s on the 300-block chain).
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),
            ("(set (unary-list l f) (Cons a (Nil) d))",), stage="analysis"),
-    Derive("unary-list-cons", ("(= l (Cons (Unary f a) r d))", "(= m (unary-list r f))",
+    Derive("unary-list-cons", ("(= m (unary-list r f))", "(= l (Cons (Unary f a) r d))",
                                "(= k (dtype a))", "(= k (dtype (Unary f a)))"),
            ("(set (unary-list l f) (Cons a m d))",), stage="analysis"),
     Rule("unary-out-of-cat", "(Cat l)", "(Unary f (Cat m))", ("(= m (unary-list l f))",)),
@@ -43,7 +45,7 @@ RULES = [
     Derive("binary-list-last", ("(= l (Cons (Binary f a b) (Nil) d))", "(= k (dtype a))", "(= k (dtype b))",
                                 "(= k (dtype (Binary f a b)))"),
            ("(set (binary-list l f) (Pair (Cons a (Nil) d) (Cons b (Nil) d)))",), stage="analysis"),
-    Derive("binary-list-cons", ("(= l (Cons (Binary f a b) r d))", "(= (Pair m n) (binary-list r f))",
+    Derive("binary-list-cons", ("(= (Pair m n) (binary-list r f))", "(= l (Cons (Binary f a b) r d))",
                                 "(= k (dtype a))", "(= k (dtype b))", "(= k (dtype (Binary f a b)))"),
            ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
