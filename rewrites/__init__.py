@@ -72,8 +72,9 @@ class Written:
     For facts a seed rule could derive only by walking the graph one step per round (the cell
     of a 600-piece list that a slice reads), where one pass over the terms finds them all.
     ``relations``: name → column sorts (``T``, ``TList``, ``i64``, ``String``), declared for the
-    family's rules; ``rows(terms, shapes)``: every term of the graph, and the static shape of the
-    terms that have one (a ``None`` per symbolic size) → rows per relation.
+    family's rules; ``rows(terms, shapes)``: every term of the graph in ``pos`` order (operands
+    first), and the static shape of the terms that have one (a ``None`` per symbolic size) →
+    rows per relation.
     """
 
     relations: Mapping[str, tuple[str, ...]]
