@@ -8,6 +8,7 @@ parents; then a tree-cost extraction with strictly positive costs (always acycli
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -109,7 +110,14 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
     the widest child's cost plus the classes the other children add (usually few: they share
     most of their past). Dict-of-class sets made this quadratic on long chains. The widest, not
     the costliest: a list cell whose head is a kernel and whose tail is N views re-walked all N
-    (quadratic on a wide model's stacks: 0.74 -> 0.44 s for 400 towers)."""
+    (quadratic on a wide model's stacks: 0.74 -> 0.44 s for 400 towers).
+
+    A class priced for the first time passes its parents on at once (depth first); a class that
+    gets cheaper passes them to a queue taken in the order their classes were first priced,
+    operands before readers, once the first pricing is done: each improvement wave then walks
+    a list once. Passed on depth first too, every cell of a stack improving in turn re-walked
+    the cells above it (unbind → op per piece → stack of 400 pieces: 2.3–4 s, 0.07 s this way;
+    the same choices)."""
     parents: dict[int, list[int]] = defaultdict(list)
     kid_sets = [set(ks) for ks in kids]  # (a node is visited again whenever a child improves)
     for n, ks in enumerate(kid_sets):
@@ -121,9 +129,16 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
     width: dict[int, int] = {}  # class -> how many (the bits set in its mask)
     paid: dict[int, float] = {}  # class -> own cost of the node it uses now
     choice: dict[int, int] = {}
+    rank: dict[int, int] = {}  # class -> when it was first priced
     work = [n for n, ks in enumerate(kids) if not ks]
-    while work:
-        n = work.pop()
+    again: list[tuple[int, int]] = []  # (rank of its class, node): readers of a class that got cheaper
+    queued: set[int] = set()
+    while work or again:
+        if work:
+            n = work.pop()
+        else:
+            n = heapq.heappop(again)[1]
+            queued.discard(n)
         cls = eclass[n]
         ks = kid_sets[n]
         used, cost, size = 0, 0.0, 0
@@ -148,8 +163,17 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
             # re-walked all ancestors (quadratic; the parents' totals are off by bytes only)
             ties = cls in total and cost > total[cls] - EPSILON / 2
             total[cls], mask[cls], width[cls], paid[cls], choice[cls] = cost, used | bit, size + 1, own[n] + EPSILON, n
-            if not ties:
+            if cls not in rank:
+                rank[cls] = len(rank)
                 work.extend(parents[cls])
+            elif not ties:
+                for p in parents[cls]:
+                    r = rank.get(eclass[p])
+                    if r is None:
+                        work.append(p)
+                    elif p not in queued:
+                        queued.add(p)
+                        heapq.heappush(again, (r, p))
     return choice
 
 
