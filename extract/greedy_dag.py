@@ -263,30 +263,40 @@ _BUILD_DEPTH = 3  # ops (nodes that cost) on the way from the fused class to ext
 
 
 def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[int]], own: list[float],
-                plan: dict[int, int], depth: int, visiting: set[int]) -> float:
+                plan: dict[int, int], depth: int, visiting: set[int], log: list[int] | None = None) -> float:
     """What computing ``cls`` adds to the extracted graph, built from extracted classes with at
-    most ``depth`` ops; the nodes picked go into ``plan``."""
+    most ``depth`` ops; the nodes picked go into ``plan``. ``log``: the classes added to the plan,
+    in order, so that a candidate that loses is taken out again without copying the plan (a
+    copy per candidate made a stack of 400 inputs quadratic: 0.5 s)."""
+    if log is None:
+        log = []
     if cls in visiting:  # on the way here (the plan holds those too), or excluded by the caller
         return float("inf")
     if cls in order or cls in plan:
         return 0.0
     visiting.add(cls)
-    best, best_plan = float("inf"), None
-    for n in sorted(graph.classes[cls], key=own.__getitem__)[:_BUILD_WIDTH]:
-        if own[n] > 0 and depth == 0:
-            continue
-        trial = dict(plan)
-        trial[cls] = n
+    candidates = [n for n in sorted(graph.classes[cls], key=own.__getitem__)[:_BUILD_WIDTH]
+                  if own[n] == 0 or depth > 0]
+    best, best_plan, mark = float("inf"), None, len(log)
+    for i, n in enumerate(candidates):
+        plan[cls] = n
+        log.append(cls)
         total = own[n]
         for k in kids[n]:
-            total += _build_cost(k, order, graph, kids, own, trial, depth - (own[n] > 0), visiting)
+            total += _build_cost(k, order, graph, kids, own, plan, depth - (own[n] > 0), visiting, log)
             if total >= best:
                 break
+        if total < best and i == len(candidates) - 1:
+            visiting.discard(cls)
+            return total  # the last candidate, and the best: what it added stays
         if total < best:
-            best, best_plan = total, trial
+            best, best_plan = total, [(c, plan[c]) for c in log[mark:]]
+        while len(log) > mark:
+            del plan[log.pop()]
     visiting.discard(cls)
-    if best_plan is not None:
-        plan.update(best_plan)
+    for c, m in best_plan or ():
+        plan[c] = m
+        log.append(c)
     return best
 
 
