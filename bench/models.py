@@ -72,10 +72,33 @@ class WideTowers(nn.Module):
         return torch.cat([torch.relu(t(p)) for t, p in zip(self.towers, x.split(self.width, dim=1))], dim=1)
 
 
-def wide(towers: int, batch: int = 32, width: int = 4) -> Factory:
+class WideInputs(WideTowers):
+    """The same towers, each on a feature of its own (N inputs): they batch into one linear over
+    the stacked inputs instead of a view of one tensor."""
+
+    def forward(self, *xs: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.relu(t(x)) for t, x in zip(self.towers, xs)], dim=1)
+
+
+class WideSequence(nn.Module):
+    """A history of N items unbound, an op on each item, stacked back (sequence features)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([torch.sigmoid(item) * 2 for item in x.unbind(1)], dim=1)
+
+
+#: The wide benchmark's shapes: N → (model, inputs) for a batch and a feature width.
+WIDE_SHAPES: dict[str, Callable[[int, int, int], tuple[nn.Module, tuple[torch.Tensor, ...]]]] = {
+    "towers": lambda n, b, w: (WideTowers(n, w), (torch.randn(b, n * w),)),
+    "inputs": lambda n, b, w: (WideInputs(n, w), tuple(torch.randn(b, w) for _ in range(n))),
+    "sequence": lambda n, b, w: (WideSequence(), (torch.randn(b, n, w),)),
+}
+
+
+def wide(towers: int, batch: int = 32, width: int = 4, shape: str = "towers") -> Factory:
     def make() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
         torch.manual_seed(0)
-        return WideTowers(towers, width), (torch.randn(batch, towers * width),)
+        return WIDE_SHAPES[shape](towers, batch, width)
 
     return make
 

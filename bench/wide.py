@@ -3,9 +3,10 @@
 N towers side by side (:class:`~optimus_egg.bench.models.WideTowers`), where the chain benchmark
 (:mod:`optimus_egg.bench.chain`) is one op wide and N blocks deep. Horizontal fusion groups the N
 linears into one ``baddbmm``; its seed rules chain the members one per round, so here the search
-grows with the width. Prints eager launches before and after, the e-graph, the optimizer's
-phases (the median of ``--reps`` searches) and Dynamo's capture time as the yardstick, as the
-chain benchmark does.
+grows with the width. ``--shape inputs``: the towers on N inputs of their own; ``--shape
+sequence``: N items unbound, an op on each, stacked back. Prints eager launches before and
+after, the e-graph, the optimizer's phases (the median of ``--reps`` searches) and Dynamo's
+capture time as the yardstick, as the chain benchmark does.
 """
 
 from __future__ import annotations
@@ -14,16 +15,17 @@ import argparse
 from collections.abc import Sequence
 
 from optimus_egg.bench.chain import searched
-from optimus_egg.bench.models import wide
+from optimus_egg.bench.models import WIDE_SHAPES, wide
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("towers", type=int, nargs="+")
     parser.add_argument("--reps", type=int, default=3, help="optimize runs (median)")
+    parser.add_argument("--shape", choices=sorted(WIDE_SHAPES), default="towers")
     args = parser.parse_args(argv)
     for n in args.towers:
-        print(searched(n, *wide(n)(), args.reps))
+        print(searched(n, *wide(n, shape=args.shape)(), args.reps))
 
 
 if __name__ == "__main__":
