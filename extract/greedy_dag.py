@@ -267,7 +267,7 @@ def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[
     """What computing ``cls`` adds to the extracted graph, built from extracted classes with at
     most ``depth`` ops; the nodes picked go into ``plan``. ``log``: the classes added to the plan,
     in order, so that a candidate that loses is taken out again without copying the plan (a
-    copy per candidate made a stack of 400 inputs quadratic: 0.5 s)."""
+    copy per candidate made a stack of 400 inputs quadratic: 0.2 of 0.8 s of extraction)."""
     if log is None:
         log = []
     if cls in visiting:  # on the way here (the plan holds those too), or excluded by the caller
