@@ -132,7 +132,8 @@ RULES = [
       stage="seed", covers="batch_linear_lhs"),
     # (each member's successor as for the groups below: bl-below)
     D("linear-group-below", A, ("(set (lin-below a k x) i)",), stage="seed", covers="batch_linear_lhs"),
-    D("linear-group-below-up", ("(= j (lin-below b k x))", "(call-before c b)", "(= q (pos c))", "(< q (lin-first k x))"),
+    D("linear-group-below-up",
+      ("(= j (lin-below b k x))", "(call-before c b)", "(= q (pos c))", "(< q (lin-first k x))"),
       ("(set (lin-below c k x) j)",), stage="seed", covers="batch_linear_lhs"),
     D("linear-group-next", (*A, "(call-before a e)", "(= j (lin-below e k x))", "(> i j)"), ("(set (lin-next a) j)",),
       stage="seed", covers="batch_linear_lhs"),
