@@ -108,7 +108,9 @@ REVERSED = 100 * EPSILON
 def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:
     """Each class's sub-DAG is a bitset of classes, so a union is one big-int OR; its cost is
     the widest child's cost plus the classes the other children add (usually few: they share
-    most of their past). Dict-of-class sets made this quadratic on long chains. The widest, not
+    most of their past), or, where a child adds most of its sub-DAG, that child's cost less the
+    classes it shares (the cells of a cat of 800 towers' pieces: 1.18 -> 0.64 s, the same
+    choices). Dict-of-class sets made this quadratic on long chains. The widest, not
     the costliest: a list cell whose head is a kernel and whose tail is N views re-walked all N
     (quadratic on a wide model's stacks: 0.74 -> 0.44 s for 400 towers).
 
@@ -150,9 +152,12 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
             for k in ks:
                 extra = mask[k] & ~used
                 if extra:
-                    new = _bits(extra)
-                    cost += sum([paid[c] for c in new])
-                    size += len(new)
+                    count = extra.bit_count()
+                    if 2 * count > width[k]:
+                        cost += total[k] - sum([paid[c] for c in _bits(mask[k] ^ extra)])
+                    else:
+                        cost += sum([paid[c] for c in _bits(extra)])
+                    size += count
                     used |= extra
         bit = 1 << cls
         if used & bit:
