@@ -200,11 +200,11 @@ class Emitter:
                     and all(type(a) is int and a >= 0 for a in n.args[1:])):
                 groups.setdefault((n.args[0], n.args[1] % v.dim()), []).append(n)
         for (base, d), nodes in groups.items():
-            size = val(base).shape[d]
+            size = static_int(val(base).shape[d])
             spans = {n: (n.args[2], n.args[2] + n.args[3]) for n in nodes}
             cuts = sorted({0, *(s for s, _ in spans.values()), *(e for _, e in spans.values())})
             cells = list(zip(cuts, cuts[1:]))
-            if (type(size) is not int or cuts[-1] != size
+            if (size is None or cuts[-1] != size
                     or not all(any(s <= a and b <= e for s, e in spans.values()) for a, b in cells)):
                 continue  # a gap: no split tiles the tensor
             wide = [n for n in nodes if any(spans[n][0] < c < spans[n][1] for c in cuts)]
@@ -248,8 +248,8 @@ class Emitter:
             span = {n: (n.args[2], 1 if select else n.args[3]) for n in nodes}
             spans = sorted(set(span.values()))
             ends = [s + length for s, length in spans]
-            size = val(base).shape[d]
-            if len(spans) < 2 or type(size) is not int or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
+            size = static_int(val(base).shape[d])  # (a specialized size may be a SymInt)
+            if len(spans) < 2 or size is None or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
                 continue
             base = replaced.get(base, base)  # itself a slice that an earlier group replaced
             with self.graph.inserting_before(min(nodes, key=order.__getitem__)):

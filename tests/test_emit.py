@@ -260,6 +260,21 @@ def test_a_narrow_kept_as_written_with_keywords_is_left_alone():
     check_program(program, dynamo_graph(program, True, False))
 
 
+def test_selects_of_every_row_of_a_specialized_size_become_one_unbind_searched_or_cached():
+    # Found by the fuzzer (seed 2512, dynamic flavour): Dynamo specializes x0's symbolic length
+    # to 3 (unbind gives a fixed number of pieces), and that size read as a SymInt kept the
+    # searched graph's selects apart, where the graph served from the cache, whose fake values
+    # read it as an int, had one unbind: the cache returned another graph than the search.
+    from tests.fuzz.check import dynamo_graph
+
+    program = Program("def forward(self, x0):\n    v0 = torch.unbind(x0, 0)\n"
+                      "    v1 = torch.unbind(torch.stack([p.detach() for p in v0], 0), 0)\n"
+                      "    v2 = torch.stack([torch.relu(v1[0]), torch.relu(v1[1]), v1[2].to(torch.float64)], 0)\n"
+                      "    return (v2, v0,)\n", (torch.randn(3),))
+    gm = check_program(program, dynamo_graph(program, True, False))
+    assert _calls(gm, torch.unbind) >= 1 and _calls(gm, torch.select) == 0
+
+
 def _sum_of_itself(x):
     """``x + x`` once simplified: the cat of every row of ``x`` plus ``x`` narrowed to its width."""
     return (torch.cat(torch.unbind(x, 1), 1) + torch.narrow(x.flatten(1), 1, 0, x.shape[1] * x.shape[2]),)
