@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import math
 import os
 import sys
 import tempfile
@@ -141,6 +142,10 @@ def _field(value: Any) -> str:
     if "\t" in text or "\n" in text or "\r" in text:
         raise ValueError(f"unsupported character in IR string {value!r}")
     return text
+
+
+#: Iterations of the seed or analysis rules between two readings of the clock.
+_CHUNK = 256
 
 
 @dataclass(frozen=True)
@@ -384,14 +389,18 @@ class EGraph:
         self._eg = _lend(program)
         weakref.finalize(self, _give_back, program, self._eg, threading.get_ident()).atexit = False
         self._seed_matches: dict[str, int] = {}  # reported with saturation's
+        self._deadline = math.inf  # the search's time limit, from the seed stage on (see add)
+        self._seed_cut = False  # the seed stage ran out of time
         self._load_seconds = 0.0  # what the first round is expected to take (see saturate)
 
     def _run(self, *texts: str) -> list[Any]:
         program = "\n".join(texts)
         return self._eg.run_program(*self._eg.parse_program(program))
 
-    def add(self, rows: Rows) -> None:
-        """Insert a term DAG's rows (:func:`rows`) and settle the seed rules.
+    def add(self, rows: Rows, max_seconds: float = math.inf) -> None:
+        """Insert a term DAG's rows (:func:`rows`) and run the seed rules to a fixpoint, or for
+        ``max_seconds``, the time limit of the whole search (:meth:`saturate` ends there too; out
+        of time in the seed stage, it runs no round).
 
         Rows go in as tables, not commands: each top-level egglog command costs time that grows
         with the e-graph (building 600 blocks one ``union`` at a time took seconds), while
@@ -410,7 +419,24 @@ class EGraph:
             self._run(*inputs, f"(run {_LOAD} 1)")
             self._load_seconds += time.perf_counter() - began
         self._check_rows(rows.counts)
-        _count(self._run(f"(run-schedule (saturate (run {_SEED})))")[0].report, self._seed_matches)
+        self._deadline = time.perf_counter() + max_seconds
+        self._seed_cut = not self._fixpoint(_SEED, self._deadline, self._seed_matches)[1]
+
+    def _fixpoint(self, ruleset: str, deadline: float, matches: dict[str, int]) -> tuple[bool, bool]:
+        """Run ``ruleset`` until an iteration changes nothing, reading the clock every
+        :data:`_CHUNK` iterations: whether anything changed, and whether the fixpoint was reached
+        before ``deadline``. A fixpoint cut short is sound: every state it passes through is one
+        the whole run passes through, and the seed and analysis rules' facts are never wrong,
+        only missing (a list 800 pieces long takes 800 iterations to walk)."""
+        changed = False
+        while True:
+            report = self._run(f"(run {ruleset} {_CHUNK})")[0].report
+            _count(report, matches)
+            changed |= report.updated
+            if not report.iterations[-1].rule_set_report.changed:
+                return changed, True
+            if time.perf_counter() >= deadline:
+                return changed, False
 
     def _sizes(self) -> dict[str, int]:
         """Rows per table."""
@@ -431,25 +457,35 @@ class EGraph:
 
     def saturate(self, budget: Budget) -> SaturationStats:
         """Simplify to a fixpoint (facts settled before every round), then one expand round, and
-        again, until nothing changes or the budget is spent. Each round is an iteration.
+        again, until nothing changes or the budget is spent. Each round is an iteration. The time
+        limit is ``budget.max_seconds`` from now, or the one :meth:`add` was given if earlier.
 
         egglog cannot interrupt a command (one round), so a round is not started when the last
         one, scaled by the e-graph's growth since, would end past the time limit: what is left of
-        an overrun is a round that takes longer than predicted. The first round settles the facts
-        of every loaded term: it is expected to take what loading them took (measured on the chain
-        benchmark: 0.15 s vs 0.14 s at N=600, 0.013 s vs 0.014 s at N=100)."""
+        an overrun is a round that takes longer than predicted. The facts of every loaded term
+        settle first, in chunks (:meth:`_fixpoint`: they walk every list as written, a cell per
+        iteration). The first round, the first to see every term, is expected to take what
+        loading them took (measured on the chain benchmark with the facts settled in it: 0.15 s
+        vs 0.14 s at N=600, 0.013 s vs 0.014 s at N=100)."""
         stats = SaturationStats(rule_matches=dict(self._seed_matches))
         start = time.perf_counter()
-        clock = _Clock(start + budget.max_seconds)
+        clock = _Clock(min(start + budget.max_seconds, self._deadline))
         stats.enodes = self.enode_count()
+        if self._seed_cut or not self._fixpoint(_ANALYSIS, clock.deadline, stats.rule_matches)[1]:
+            where = "in the seed stage" if self._seed_cut else "settling the first facts"
+            stats.stop_reason = f"time limit ({budget.max_seconds} s) {where}"
+            stats.seconds = time.perf_counter() - start
+            return stats
         clock.ran(self._load_seconds, stats.enodes)
+        settled = True
         while True:
             if stats.iterations >= budget.max_iterations:
                 stats.stop_reason = f"iteration limit ({budget.max_iterations})"
                 break
-            updated = self._round(_SIMPLIFY, stats, clock)
-            if updated is False:
-                updated = self._round(_EXPAND, stats, clock)
+            updated = self._round(_SIMPLIFY, stats, clock, settled)
+            if updated is False:  # nothing changed, facts included: they are still settled
+                updated = self._round(_EXPAND, stats, clock, True)
+            settled = False
             stats.enodes = self.enode_count()
             if updated is None:
                 stats.stop_reason = f"time limit ({budget.max_seconds} s)"
@@ -463,15 +499,16 @@ class EGraph:
         stats.seconds = time.perf_counter() - start
         return stats
 
-    def _round(self, ruleset: str, stats: SaturationStats, clock: "_Clock") -> bool | None:
-        """Settle the facts, run ``ruleset`` once; whether anything changed (None: no time left).
-
-        One command: the analysis run from Python one iteration at a time (to read the clock in
-        between) made saturation 35% slower on the chain benchmark (N=600)."""
+    def _round(self, ruleset: str, stats: SaturationStats, clock: "_Clock", settled: bool) -> bool | None:
+        """Settle the facts (unless ``settled``: an analysis iteration that finds nothing still
+        costs ~10 ms on the 600-block chain's e-graph), run ``ruleset`` once; whether anything
+        changed (None: no time left). One command: the analysis run from Python one iteration at
+        a time (to read the clock in between) made saturation 35% slower on that chain."""
         if clock.overruns(stats.enodes):
             return None
         began = time.perf_counter()
-        report = self._run(f"(run-schedule (seq (saturate (run {_ANALYSIS})) (run {ruleset})))")[0].report
+        run = f"(run {ruleset})" if settled else f"(seq (saturate (run {_ANALYSIS})) (run {ruleset}))"
+        report = self._run(f"(run-schedule {run})")[0].report
         clock.ran(time.perf_counter() - began, stats.enodes)
         stats.iterations += 1
         _count(report, stats.rule_matches)

@@ -393,7 +393,7 @@ def _search(tr: Translation, fams: list[rewrites.Family], dag: Rows, roots: list
     """Build, saturate, extract ``roots`` and price the result: the e-graph, the extraction and
     the report's figures (``_SEARCH``) are what the cache saves."""
     egraph = EGraph(fams)
-    egraph.add(dag)
+    egraph.add(dag, options.budget.max_seconds)  # the seed stage counts in the time limit
     phase("build")
     with ThreadPoolExecutor(1) as pool:  # egglog lets go of the GIL as it runs: the graph as written meanwhile
         translated = pool.submit(select.translated, tr)

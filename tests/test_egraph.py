@@ -5,7 +5,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from optimus_egg import rewrites
+from optimus_egg import cache, rewrites
 from optimus_egg.egraph import Budget, EGraph, check_rules, rows
 from optimus_egg.ir import Term, as_list
 from optimus_egg.pipeline import Options, optimize_graph, capture
@@ -89,6 +89,34 @@ def test_time_budget_holds_when_every_round_is_slow(monkeypatch):
     gm, report = optimize_graph(capture(_chain(4), (x,)), Options(budget=Budget(max_seconds=2.5)))
     assert report.iterations == 2 and report.stop_reason.startswith("time limit")
     torch.testing.assert_close(gm(x), _chain(4)(x))  # what two rounds found is a valid graph
+
+
+@pytest.mark.parametrize("stage, reason", [("seed", "in the seed stage"), ("analysis", "settling the first facts")])
+def test_time_budget_cuts_the_fixpoints_that_walk_lists(monkeypatch, stage, reason):
+    """The seed rules build a group's stacks, and the first facts walk every list as written, a
+    cell per iteration: 800 towers took 800 of each. The clock is read every ``_CHUNK``
+    iterations; out of time there, the search runs no round and extracts what the e-graph holds
+    (a fixpoint cut short only misses facts and equalities, so that graph is valid)."""
+    import optimus_egg.egraph as engine
+    from optimus_egg.bench.models import wide
+
+    now = [0.0]
+    run = EGraph._run
+
+    def slow_run(self, *texts):
+        if f"(run {stage} " in texts[-1]:
+            now[0] += 1.0
+        return run(self, *texts)
+
+    monkeypatch.setattr(engine, "_CHUNK", 2)
+    monkeypatch.setattr(EGraph, "_run", slow_run)
+    monkeypatch.setattr(engine, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+    model, (x,) = wide(8, batch=2)()  # 8 linears to stack, a cat of 8 relu'd pieces to walk
+    cache.clear()  # (the other stage's search of this graph)
+    gm, report = optimize_graph(capture(model, (x,)), Options(budget=Budget(max_seconds=2.5)))
+    assert report.stop_reason == f"time limit (2.5 s) {reason}" and report.iterations == 0
+    assert now[0] == 3.0  # cut at the first chunk that ended past the limit
+    torch.testing.assert_close(gm(x), model(x))
 
 
 def test_tiny_time_budget_on_a_large_graph():
