@@ -26,7 +26,8 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
                             "or .py file (default: all built-in)")
     group.add_argument("--max-iterations", type=int, metavar="N", help="saturation iteration budget")
     group.add_argument("--max-enodes", type=int, metavar="N", help="e-graph size budget")
-    group.add_argument("--max-seconds", type=float, metavar="S", help="saturation time budget")
+    group.add_argument("--max-seconds", type=float, metavar="S",
+                       help="search time budget (the seed stage and saturation)")
     group.add_argument("--strict", action="store_true", default=None,
                        help="raise instead of falling back to the unoptimized graph")
     group.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
