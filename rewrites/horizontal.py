@@ -80,6 +80,8 @@ DECLARATIONS = """
 ; the piece of x at st, in group s, ends at e (both tiled forms)
 (relation tile-before (BatchSig T i64 i64))
 (function tl-ws (BatchSig T i64) TList :merge old)
+; every piece of x from st on has a member with the weights and bias of the one at st
+(relation tl-shared (BatchSig T i64))
 (function tl-bs (BatchSig T i64) TList :merge old)
 """
 
@@ -318,6 +320,9 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
     shape = tuple(f"(set {fact})" for t, dims in (("y", "gno"), ("r", "ngo"))
                   for fact in (f"(rank {t}) 3", f"(dtype {t}) dt",
                                *(f"(size {t} {d}) {v}" for d, v in enumerate(dims))))
+    own = ("(= w (bl-w a))", *(("(= b (bl-b a))",) if form else ()))
+    shared = ("(= w (bl-w c))", *(("(= b (bl-b c))",) if form else ()))
+    whole = f"(Op k {args('(Unflat x 1 g)', 'w', *('b',)[:form])})"  # the one linear on x as [n, g, i]
     return [
         D(f"tiled-linear-member{suffix}", tile, ("(set (tl-member s x st) a)", "(tile-before s x (+ st i) st)"),
           stage="seed", covers="batch_linear"),
@@ -337,6 +342,21 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
           (f"(let y {TILED_Y[form]})", f"(let r {TILED_BACK})", "(union a (Squeeze (Sl y 0 (/ st i) 1) 0))",
            "(union a (Squeeze (Sl r 1 (/ st i) 1) 1))", *shape),
           stage="seed", covers="batch_linear"),
+        # One linear applied to every piece (a tower shared by the features): the linear of x
+        # viewed as [n, g, i], each member a select of it, no stacks. Only where every piece's
+        # member has the same weights (tl-shared, walked from the last piece like the stacks): a
+        # linear on the whole x for some of them would compute the others' products for nothing.
+        D(f"tiled-linear-shared-last{suffix}", (*piece, "(= (+ st i) (size x 1))"), ("(tl-shared s x st)",),
+          stage="seed", covers="new"),
+        D(f"tiled-linear-shared{suffix}",
+          ("(tl-shared s x e)", "(tile-before s x e st)", *piece, "(= c (tl-member s x e))", *shared),
+          ("(tl-shared s x st)",), stage="seed", covers="new"),
+        D(f"tiled-linear-as-select-of-shared{suffix}",
+          (*tile, "(tl-shared s x 0)", "(= a (tl-member s x st))", *own, "(= W (size x 1))", "(= g (/ W i))",
+           "(> g 1)"),
+          (f"(let y {whole})", "(union a (Squeeze (Sl y 1 (/ st i) 1) 1))", "(set (rank y) 3)",
+           "(set (dtype y) dt)", "(set (size y 0) n)", "(set (size y 1) g)", "(set (size y 2) o)"),
+          stage="seed", covers="new"),
     ]
 
 

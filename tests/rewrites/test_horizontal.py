@@ -209,6 +209,49 @@ def test_linears_over_pieces_that_tile_nothing_or_read_one_piece_twice_stay_exac
         assert "tiled-linear-as-select" not in report.rules_fired
 
 
+class SharedTower(Parallel):
+    """Linear ``towers[j // per]`` on piece ``j`` of the input: one tower the features share
+    (``per`` = all of them), or one per run of ``per`` pieces."""
+
+    def __init__(self, n: int, per: int, bias: bool = True, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__(-(-n // per), bias=bias, dtype=dtype)
+        self.per = per
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.towers[j // self.per](p) for j, p in enumerate(x.split(self.width, 1))], 1)
+
+
+def test_one_linear_over_every_piece_of_a_tensor_becomes_one_linear_on_its_view():
+    # x [5, 32] viewed as [5, 8, 4], one linear, the cat of the outputs a view of its [5, 8, 6]
+    # result: no stacks, and no copy back
+    for bias, suffix in ((True, ""), (False, "-no-bias")):
+        model, x = SharedTower(8, 8, bias=bias), torch.randn(5, 32, requires_grad=True)
+        report, gm = check(model, XS)
+        assert report.rules_fired[f"tiled-linear-as-select-of-shared{suffix}"] == 8
+        assert _calls(gm, "linear") == 1 and _calls(gm, "stack") == 0 and _calls(gm, "baddbmm") == 0
+        assert launches(gm, XS) < launches(model, XS) == 8 + 1
+        _assert_same_gradients(model, gm, x)
+
+
+def test_linears_that_share_weights_on_some_pieces_only_are_batched_with_their_own():
+    # Two towers, four pieces each: one linear of each on the whole x would compute the other
+    # tower's products too, so the eight are batched as linears of their own weights. (In double
+    # precision: each tower's weight gradient adds up its four pieces' in another order.)
+    model = SharedTower(8, 4, dtype=torch.float64)
+    x = torch.randn(5, 32, dtype=torch.float64, requires_grad=True)
+    report, gm = check(model, XS.double())
+    assert "tiled-linear-as-select-of-shared" not in report.rules_fired
+    assert report.rules_fired["tiled-linear-as-select"] == 8 and _calls(gm, "linear") == 0
+    _assert_same_gradients(model, gm, x)
+    # nor over pieces that do not tile the input: gaps, short of its end, one piece
+    tower = nn.Linear(4, 6)
+    for fn, x in ((lambda x: torch.cat([tower(x[:, 8 * j:8 * j + 4]) for j in range(8)], 1), XG),
+                  (lambda x: torch.cat([tower(p) for p in x.split(4, 1)[:8]], 1), torch.randn(5, 36)),
+                  (lambda x: torch.cat([tower(p) for p in x.split(4, 1)], 1), XS[:, :4])):
+        report, _ = check(fn, x)
+        assert "tiled-linear-as-select-of-shared" not in report.rules_fired
+
+
 def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
     model = Parallel(2)
     report, gm = check(model, XS[:, :8])
