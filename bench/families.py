@@ -205,6 +205,18 @@ class BatchLinear(Plumbed):
         return torch.cat([t(p) for t, p in zip(self.towers, x.split(8, dim=1))], dim=1)
 
 
+class SharedTower(Plumbed):
+    """``batch_linear`` with one Linear for all six pieces (a tower the features share): Optimus
+    stacks its weight once per piece; it is one linear of the input viewed as ``[n, 6, 8]``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tower = nn.Linear(8, 8)
+
+    def plumbing(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.tower(p) for p in x.split(8, dim=1)], dim=1)
+
+
 class BatchLinearLHS(Plumbed):
     """``batch_linear_lhs``: six Linears reading one input → one matmul on concatenated
     weights, split."""
@@ -323,6 +335,7 @@ FAMILIES: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
     "family_select_cat": (SelectCat, ("select_cat_aten_pass",)),
     "family_einsum": (EinsumPointwise, ("einsum_to_pointwise_pass",)),
     "family_batch_linear": (BatchLinear, ("batch_linear",)),
+    "family_shared_tower": (SharedTower, ("batch_linear",)),
     "family_batch_linear_lhs": (BatchLinearLHS, ("batch_linear_lhs",)),
     "family_batch_layernorm": (BatchLayerNorm, ("batch_layernorm",)),
     "family_batch_unary": (BatchUnary, ("batch_relu", "batch_tanh", "batch_sigmoid", "batch_clamp",
