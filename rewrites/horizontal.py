@@ -80,9 +80,9 @@ DECLARATIONS = """
 ; the piece of x at st, in group s, ends at e (both tiled forms)
 (relation tile-before (BatchSig T i64 i64))
 (function tl-ws (BatchSig T i64) TList :merge old)
+(function tl-bs (BatchSig T i64) TList :merge old)
 ; every piece of x from st on has a member with the weights and bias of the one at st
 (relation tl-shared (BatchSig T i64))
-(function tl-bs (BatchSig T i64) TList :merge old)
 """
 
 
@@ -310,18 +310,23 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
     """The rules for linears of ``form`` (1: with bias, 0: without)."""
     sig = f"(= s (Batch k h n i o dt {form}))"
     tile = ("(= s (bl-sig a))", sig, "(= xa (bl-x a))", "(= xa (Sl x 1 st i))")
-    piece = ("(= a (tl-member s x st))", sig, "(= w (bl-w a))", *(("(= b (bl-b a))",) if form else ()))
+
+    def weights(member: str) -> tuple[str, ...]:
+        """``member``'s weight is ``w`` (and its bias ``b``)."""
+        return (f"(= w (bl-w {member}))", *((f"(= b (bl-b {member}))",) if form else ()))
+
+    piece = ("(= a (tl-member s x st))", sig, *weights("a"))
     lists = ("ws", "bs")[:1 + form]
 
     def stacks(after: str) -> tuple[str, ...]:
         """The weights (and biases) of the pieces from ``st`` on, ``after`` those of the rest."""
         return tuple(f"(set (tl-{v} s x st) (Cons (Unsqueeze {v[0]} 0) {after or v} 0))" for v in lists)
 
-    shape = tuple(f"(set {fact})" for t, dims in (("y", "gno"), ("r", "ngo"))
-                  for fact in (f"(rank {t}) 3", f"(dtype {t}) dt",
-                               *(f"(size {t} {d}) {v}" for d, v in enumerate(dims))))
-    own = ("(= w (bl-w a))", *(("(= b (bl-b a))",) if form else ()))
-    shared = ("(= w (bl-w c))", *(("(= b (bl-b c))",) if form else ()))
+    def shape(t: str, dims: str) -> tuple[str, ...]:
+        """``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
+        return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)",
+                *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
+
     whole = f"(Op k {args('(Unflat x 1 g)', 'w', *('b',)[:form])})"  # the one linear on x as [n, g, i]
     return [
         D(f"tiled-linear-member{suffix}", tile, ("(set (tl-member s x st) a)", "(tile-before s x (+ st i) st)"),
@@ -340,7 +345,7 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
           (*tile, "(= a (tl-member s x st))", *(f"(= {v} (tl-{v} s x 0))" for v in lists), "(= W (size x 1))",
            "(= g (/ W i))", "(> g 1)", "(> n 1)"),
           (f"(let y {TILED_Y[form]})", f"(let r {TILED_BACK})", "(union a (Squeeze (Sl y 0 (/ st i) 1) 0))",
-           "(union a (Squeeze (Sl r 1 (/ st i) 1) 1))", *shape),
+           "(union a (Squeeze (Sl r 1 (/ st i) 1) 1))", *shape("y", "gno"), *shape("r", "ngo")),
           stage="seed", covers="batch_linear"),
         # One linear applied to every piece (a tower shared by the features): the linear of x
         # viewed as [n, g, i], each member a select of it, no stacks. Only where every piece's
@@ -349,13 +354,11 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
         D(f"tiled-linear-shared-last{suffix}", (*piece, "(= (+ st i) (size x 1))"), ("(tl-shared s x st)",),
           stage="seed", covers="new"),
         D(f"tiled-linear-shared{suffix}",
-          ("(tl-shared s x e)", "(tile-before s x e st)", *piece, "(= c (tl-member s x e))", *shared),
+          ("(tl-shared s x e)", "(tile-before s x e st)", *piece, "(= c (tl-member s x e))", *weights("c")),
           ("(tl-shared s x st)",), stage="seed", covers="new"),
         D(f"tiled-linear-as-select-of-shared{suffix}",
-          (*tile, "(tl-shared s x 0)", "(= a (tl-member s x st))", *own, "(= W (size x 1))", "(= g (/ W i))",
-           "(> g 1)"),
-          (f"(let y {whole})", "(union a (Squeeze (Sl y 1 (/ st i) 1) 1))", "(set (rank y) 3)",
-           "(set (dtype y) dt)", "(set (size y 0) n)", "(set (size y 1) g)", "(set (size y 2) o)"),
+          (*tile, "(tl-shared s x 0)", *piece, "(= W (size x 1))", "(= g (/ W i))", "(> g 1)"),
+          (f"(let y {whole})", "(union a (Squeeze (Sl y 1 (/ st i) 1) 1))", *shape("y", "ngo")),
           stage="seed", covers="new"),
     ]
 
