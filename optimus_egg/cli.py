@@ -106,11 +106,15 @@ def rules(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"optimus-egg rules: {exc}", file=sys.stderr)
         return 2
+    rows = []
     for fam in loaded:
         for r in fam.rules:
             shape = f"{r.lhs} → {r.rhs}" if isinstance(r, Rule) else f"{' '.join(r.query)} ⇒ {' '.join(r.actions)}"
             when = f"  if {' '.join(r.when)}" if isinstance(r, Rule) and r.when else ""
-            print(f"{r.name:24} {fam.name:10} {r.stage:8} {r.covers:34} {shape}{when}")
+            rows.append((r.name, fam.name, r.stage, r.covers, shape + when))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]  # the last column runs on
+    for row in rows:
+        print(" ".join([*(c.ljust(w) for c, w in zip(row, widths)), row[4]]))
     return 0
 
 
