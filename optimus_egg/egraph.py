@@ -420,23 +420,21 @@ class EGraph:
             self._load_seconds += time.perf_counter() - began
         self._check_rows(rows.counts)
         self._deadline = time.perf_counter() + max_seconds
-        self._seed_cut = not self._fixpoint(_SEED, self._deadline, self._seed_matches)[1]
+        self._seed_cut = not self._fixpoint(_SEED, self._deadline, self._seed_matches)
 
-    def _fixpoint(self, ruleset: str, deadline: float, matches: dict[str, int]) -> tuple[bool, bool]:
+    def _fixpoint(self, ruleset: str, deadline: float, matches: dict[str, int]) -> bool:
         """Run ``ruleset`` until an iteration changes nothing, reading the clock every
-        :data:`_CHUNK` iterations: whether anything changed, and whether the fixpoint was reached
-        before ``deadline``. A fixpoint cut short is sound: every state it passes through is one
-        the whole run passes through, and the seed and analysis rules' facts are never wrong,
-        only missing (a list 800 pieces long takes 800 iterations to walk)."""
-        changed = False
+        :data:`_CHUNK` iterations: whether the fixpoint was reached before ``deadline``. A
+        fixpoint cut short is sound: every state it passes through is one the whole run passes
+        through, and the seed and analysis rules' facts are never wrong, only missing (a list
+        800 pieces long takes 800 iterations to walk)."""
         while True:
             report = self._run(f"(run {ruleset} {_CHUNK})")[0].report
             _count(report, matches)
-            changed |= report.updated
             if not report.iterations[-1].rule_set_report.changed:
-                return changed, True
+                return True
             if time.perf_counter() >= deadline:
-                return changed, False
+                return False
 
     def _sizes(self) -> dict[str, int]:
         """Rows per table."""
@@ -471,7 +469,7 @@ class EGraph:
         start = time.perf_counter()
         clock = _Clock(min(start + budget.max_seconds, self._deadline))
         stats.enodes = self.enode_count()
-        if self._seed_cut or not self._fixpoint(_ANALYSIS, clock.deadline, stats.rule_matches)[1]:
+        if self._seed_cut or not self._fixpoint(_ANALYSIS, clock.deadline, stats.rule_matches):
             where = "in the seed stage" if self._seed_cut else "settling the first facts"
             stats.stop_reason = f"time limit ({budget.max_seconds} s) {where}"
             stats.seconds = time.perf_counter() - start
