@@ -2,8 +2,8 @@
 
 For each model, inference and one training step (forward, ``sum`` of the outputs, backward):
 
-1. eager-equivalent launches: ATen non-view ops of the graph each backend hands to Inductor,
-   run eagerly (:mod:`optimus_egg.counting`);
+1. eager-equivalent launches: ATen ops that run a kernel of the graph each backend hands to
+   Inductor, run eagerly (:mod:`optimus_egg.counting`);
 2. compile + first step per backend, in a fresh Inductor cache (``--quick``: one per run) with
    the FX-graph and AOTAutograd caches off (Optimus's pre-grad passes only run on a cache miss):
    compile time,
@@ -53,7 +53,7 @@ class Row:
     model: str
     mode: str
     backend: str
-    eager_launches: int | None = None  # ATen non-view ops of the graph handed to Inductor
+    eager_launches: int | None = None  # ATen ops that run a kernel, of the graph handed to Inductor
     launches: int | None = None  # per step: wrapper kernel calls (CPU) / profiled kernels (CUDA)
     triton_launches: int | None = None  # CUDA only
     kernels: int | None = None  # torch._inductor.metrics.generated_kernel_count
@@ -130,14 +130,17 @@ def _leaves(out: Any) -> list[torch.Tensor]:
 
 def make_step(fn: Callable[..., Any], model: torch.nn.Module, inputs: Sequence[torch.Tensor],
               train: bool) -> Callable[[], Any]:
-    """One inference call under ``no_grad``, or one training step: zero the gradients, forward,
-    the sum of the outputs as loss, backward."""
+    """One inference call under ``no_grad``, or one training step: clear the gradients (the
+    model's and any input's, so that no step accumulates into an earlier one's), forward, the sum
+    of the outputs as loss, backward."""
 
     def step() -> Any:
         if not train:
             with torch.no_grad():
                 return fn(*inputs)
         model.zero_grad(set_to_none=True)
+        for t in inputs:
+            t.grad = None
         out = fn(*inputs)
         sum(t.float().sum() for t in _leaves(out)).backward()
         return out

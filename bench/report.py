@@ -10,9 +10,9 @@ COLUMNS = ("model", "backend", "eager launches", "launches/step", "kernel object
            "compile s", "optimize s", "step ms", "vs inductor", "peak mem", "equal to eager")
 
 NOTES = """\
-- eager launches: ATen non-view ops (one kernel each when run eagerly) of the graph the backend
-  hands to Inductor, i.e. after its torch-level rewrite and Inductor's pre-grad passes; training
-  counts forward + backward.
+- eager launches: ATen ops that run a kernel (one each when run eagerly: not views, `_unsafe_view`
+  or allocations) of the graph the backend hands to Inductor, i.e. after its torch-level rewrite
+  and Inductor's pre-grad passes; training counts forward + backward.
 - launches/step: {launches}
 - kernel objects: `torch._inductor.metrics.generated_kernel_count`; bytes accessed:
   `torch._inductor.metrics.num_bytes_accessed` (Inductor's estimate over its kernels).

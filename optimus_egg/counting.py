@@ -8,19 +8,34 @@ from typing import Any, Callable
 from torch.utils._python_dispatch import TorchDispatchMode
 
 
+#: ATen ops that launch nothing although their schema does not say so: a view whose result the
+#: schema leaves unmarked (``mm`` + ``_unsafe_view`` is a 3-D ``linear`` without bias), and
+#: allocations, which reserve memory and run no kernel.
+_NO_KERNEL = frozenset({"_unsafe_view", "empty", "empty_like", "empty_strided", "new_empty",
+                        "new_empty_strided"})
+
+
+def launches_kernel(func: Any) -> bool:
+    """Whether an ATen op runs a kernel in eager mode: not a view (a result that aliases an input
+    without writing it) and not in :data:`_NO_KERNEL`. An in-place op writes the tensor it returns,
+    and is a kernel."""
+    if func._schema.name.split("::")[-1] in _NO_KERNEL:
+        return False
+    return not any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
+
+
 class _LaunchCounter(TorchDispatchMode):
     def __init__(self) -> None:
         super().__init__()
         self.count = 0
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if not any(r.alias_info is not None for r in func._schema.returns):
-            self.count += 1
+        self.count += launches_kernel(func)
         return func(*args, **(kwargs or {}))
 
 
 def eager_launches(fn: Callable[..., Any], *args: Any) -> int:
-    """ATen ops that are not views, run eagerly: one GPU kernel launch each."""
+    """ATen ops that run a kernel (:func:`launches_kernel`), run eagerly: one GPU launch each."""
     with _LaunchCounter() as counter:
         fn(*args)
     return counter.count
