@@ -55,6 +55,7 @@ from optimus_egg.bench.harness import (
     warm_up,
 )
 from optimus_egg.bench.models import chain
+from optimus_egg.cli_options import add_option_args, options_from_args
 from optimus_egg.counting import eager_launches
 from optimus_egg.pipeline import Options, Report, capture, optimize_graph
 
@@ -83,10 +84,12 @@ class Column:
     label: str
     model: torch.nn.Module
     backend: str
+    options: dict[str, Any] | None = None  # the backend's (``torch.compile(options=...)``)
 
 
 def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: str, train: bool,
-                  cold: bool = False) -> tuple[CompileTimes, Callable[[], Any], Any, int]:
+                  cold: bool = False, options: dict[str, Any] | None = None
+                  ) -> tuple[CompileTimes, Callable[[], Any], Any, int]:
     """Compile ``model`` with ``backend`` and run its first step (``harness.make_step``).
 
     Returns the phases, the step, what the first step returned and Inductor's kernel objects.
@@ -102,7 +105,8 @@ def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], back
     gc.collect()
     with measured_compile(cold), _collector_seconds() as collector:
         cpu, start = cpu_seconds(), time.perf_counter()
-        step = make_step(torch.compile(model, backend=backend, fullgraph=True), model, inputs, train)
+        step = make_step(torch.compile(model, backend=backend, fullgraph=True, options=options), model, inputs,
+                         train)
         out = step()
         total, cpu = time.perf_counter() - start, cpu_seconds() - cpu
         kernels = metrics.generated_kernel_count
@@ -165,7 +169,7 @@ def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], t
     notes: dict[str, str] = {}
     for r in range(reps + (0 if cold else 1)):
         for c in columns[r % len(columns):] + columns[:r % len(columns)]:
-            times, steps[c.label], out, kernels = timed_compile(c.model, inputs, c.backend, train, cold)
+            times, steps[c.label], out, kernels = timed_compile(c.model, inputs, c.backend, train, cold, c.options)
             ok, _ = compare(snapshot(out, c.model, train), refs[c.label], rtol=1e-4, atol=1e-5)
             notes[c.label] = f"{kernels} kernel objects, {'equal to' if ok else 'DIFFERS from'} eager"
             if cold or r > 0:
@@ -210,7 +214,12 @@ def print_mode(n: int, columns: Sequence[Column], inputs: tuple[torch.Tensor, ..
     torch._dynamo.reset()
 
 
-def timed_optimize(gm: torch.fx.GraphModule, reps: int) -> tuple[torch.fx.GraphModule, Report, list[float]]:
+#: What a benchmark searches with: a failure raises, it is not timed as a fallback.
+STRICT = Options(strict=True)
+
+
+def timed_optimize(gm: torch.fx.GraphModule, reps: int, options: Options = STRICT
+                   ) -> tuple[torch.fx.GraphModule, Report, list[float]]:
     """``optimize_graph`` on ``gm`` ``reps`` times, each a search (the cache cleared) from a
     collected heap: the median run's graph and report, and every run's seconds (one run is not
     a figure on a shared machine: see the module's docstring)."""
@@ -218,19 +227,20 @@ def timed_optimize(gm: torch.fx.GraphModule, reps: int) -> tuple[torch.fx.GraphM
     for _ in range(max(reps, 1)):
         cache.clear()
         gc.collect()
-        runs.append(optimize_graph(gm, Options(strict=True)))
+        runs.append(optimize_graph(gm, options))
     runs.sort(key=lambda run: run[1].total_seconds)
     new_gm, report = runs[len(runs) // 2]
     return new_gm, report, [r.total_seconds for _, r in runs]
 
 
-def searched(n: int, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], reps: int, floor: str = "") -> str:
+def searched(n: int, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], reps: int, floor: str = "",
+             options: Options = STRICT) -> str:
     """Capture an ``n``-block ``model`` as Dynamo does and :func:`timed_optimize` it: one line on
     the searches, with the capture's seconds as the yardstick (``floor``: what to compare with)."""
     began = time.perf_counter()
     captured = capture(model, inputs)
     capture_s = time.perf_counter() - began
-    gm, report, totals = timed_optimize(captured, reps)
+    gm, report, totals = timed_optimize(captured, reps, options)
     phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
     return (f"N={n}: eager launches {eager_launches(model, *inputs)} → {eager_launches(gm, *inputs)}{floor}; "
             f"{report.enodes} e-nodes, {report.iterations} "
@@ -250,7 +260,13 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--cold", action="store_true", help="a fresh Inductor cache per compile")
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (on a loaded machine, 1 avoids "
                         "OpenMP threads waiting on each other in every C++ kernel)")
+    add_option_args(parser)
     args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    search_options = Options.from_kwargs(**{"strict": True, **options})
     if args.threads:
         torch.set_num_threads(args.threads)
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
@@ -259,11 +275,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     for n in args.blocks:
         model, inputs = chain(n)()
         twin, _ = chain(n, clean=True)()
-        print(searched(n, model, inputs, args.reps, f" (twin {eager_launches(twin, *inputs)})"))
+        print(searched(n, model, inputs, args.reps, f" (twin {eager_launches(twin, *inputs)})", search_options))
         if args.no_compile:
             continue
         warm_up(CPU)
-        columns = [Column("twin inductor", twin, "inductor"), Column("cruft optimus_egg", model, "optimus_egg")]
+        columns = [Column("twin inductor", twin, "inductor"),
+                   Column("cruft optimus_egg", model, "optimus_egg", options)]
         if args.cruft_inductor:
             columns.append(Column("cruft inductor", model, "inductor"))
         for mode in modes:

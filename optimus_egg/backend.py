@@ -45,7 +45,9 @@ class BackwardPass(CustomGraphPass):
     """The rules on a post-grad backward graph (ATen), in place. Its outputs are gradients, so
     they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``).
     A forward graph is what the Dynamo-level rewrite already produced: only its stacks of
-    weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`)."""
+    weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`).
+    Under ``rewrite_backward=False`` a backward graph is left as Inductor derived it: batching its
+    weight gradients saves GPU launches, and on CPU costs a kernel to build and some step time."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -53,6 +55,8 @@ class BackwardPass(CustomGraphPass):
     def __call__(self, graph: fx.Graph) -> None:
         if not any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
             _scatter_input_stacks(graph)
+            return
+        if not self.options.rewrite_backward:
             return
         gm = graph.owning_module
         new_gm, report = optimize_graph(gm, self.options, disjoint_outputs=True)

@@ -55,12 +55,13 @@ class Options:
     ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
+    rewrite_backward: bool = True  # in training, the backward Inductor derives too (backend.BackwardPass)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
         budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
         valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", "batch_random",
-                 *budget_keys}
+                 "rewrite_backward", *budget_keys}
         unknown = set(kw) - valid
         if unknown:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
@@ -75,8 +76,9 @@ class Options:
             if not set(fams) <= {"analysis", *rewrites.all_family_names()}:
                 check_rules(loaded)  # a module of one's own: egglog errors name its rule, here
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
-        strict, batch_random = kw.get("strict", False), kw.get("batch_random", False)
-        for name, flag in (("strict", strict), ("batch_random", batch_random)):
+        flags = {name: kw.get(name, default)
+                 for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", True))}
+        for name, flag in flags.items():
             if not isinstance(flag, bool):  # bool("false") is True
                 raise ValueError(f"option {name} must be True or False, got {flag!r}")
         cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
@@ -85,8 +87,9 @@ class Options:
         if profile is not None:
             profile = str(profile)
             load_profile(profile)  # raises on a missing or malformed profile
-        return cls(fams, budget, strict, cost_model, extractor,
-                   float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile, batch_random)
+        return cls(fams, budget, flags["strict"], cost_model, extractor,
+                   float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile,
+                   flags["batch_random"], flags["rewrite_backward"])
 
 
 def _amount(name: str, value: Any, integer: bool) -> Any:

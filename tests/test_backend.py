@@ -192,6 +192,28 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
 
 @torch._inductor.config.patch(fx_graph_cache=False)
 @torch._functorch.config.patch(enable_autograd_cache=False)
+def test_the_backward_is_left_as_autograd_wrote_it_under_rewrite_backward_false():
+    import copy
+
+    from torch._inductor.utils import run_and_get_code
+
+    from optimus_egg.backend import BACKWARD_REPORTS
+
+    model, x = Chain(), torch.randn(6, 8)
+    eager = copy.deepcopy(model)
+    eager(x).sum().backward()
+    torch._dynamo.reset()
+    BACKWARD_REPORTS.clear()
+    compiled = torch.compile(model, backend="optimus_egg", options={"rewrite_backward": False})
+    _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
+    assert not BACKWARD_REPORTS
+    assert "bmm(" not in code and code.count("extern_kernels.mm(") == 5 + 4  # weight and input gradients
+    for p, q in zip(model.parameters(), eager.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+@torch._inductor.config.patch(fx_graph_cache=False)
+@torch._functorch.config.patch(enable_autograd_cache=False)
 def test_weight_gradients_that_share_one_bmm_accumulate_over_steps_and_repeated_backwards():
     """Each weight's gradient is a select of one bmm, so autograd keeps views of one storage as
     the parameters' ``.grad`` and adds later gradients into them in place: over two steps, each

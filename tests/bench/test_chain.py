@@ -37,15 +37,17 @@ def test_median_is_per_phase():
 
 
 def test_command_prints_launches_compile_phases_and_step_time(capsys, monkeypatch):
-    backends = iter(["eager", "aot_eager"])
+    backends, options = iter(["eager", "aot_eager"]), {}
     real = bench.Column
 
-    def column(label, model, backend):  # keep Inductor out of the suite: cheap Dynamo backends
+    def column(label, model, backend, given=None):  # keep Inductor out of the suite: cheap Dynamo backends
+        options[label] = given
         return real(label, model, next(backends) if label != "cruft inductor" else "eager")
 
     monkeypatch.setattr(bench, "Column", column)
     monkeypatch.setattr(bench, "warm_up", lambda device: None)
-    bench.main(["3", "--reps", "1", "--step-reps", "2", "--modes", "inference"])
+    bench.main(["3", "--reps", "1", "--step-reps", "2", "--modes", "inference", "--option", "rewrite_backward=False"])
+    assert options == {"twin inductor": None, "cruft optimus_egg": {"rewrite_backward": False}}
     out = capsys.readouterr().out
     # 3 blocks of 8 pointwise ops, 2 cats and a Linear; the twin: one op and a Linear per block
     assert f"eager launches {3 * (8 + 2 + 1)} → {3 * 2} (twin {3 * 2})" in out
