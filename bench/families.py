@@ -217,6 +217,21 @@ class SharedTower(Plumbed):
         return torch.cat([self.tower(p) for p in x.split(8, dim=1)], dim=1)
 
 
+class SharedInputs(Plumbed):
+    """``batch_linear`` with one Linear on six separate inputs (features prepared each its own
+    way, one tower they share): Optimus stacks its weight once per input; it is one linear of
+    the stacked inputs."""
+
+    PREPARE = (torch.relu, torch.sigmoid, torch.tanh, nn.functional.silu, nn.functional.gelu, torch.abs)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tower = nn.Linear(8, 8)
+
+    def plumbing(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([self.tower(f(p)) for f, p in zip(self.PREPARE, x.split(8, dim=1))], dim=1)
+
+
 class BatchLinearLHS(Plumbed):
     """``batch_linear_lhs``: six Linears reading one input → one matmul on concatenated
     weights, split."""
@@ -336,6 +351,7 @@ FAMILIES: dict[str, tuple[type[nn.Module], tuple[str, ...]]] = {
     "family_einsum": (EinsumPointwise, ("einsum_to_pointwise_pass",)),
     "family_batch_linear": (BatchLinear, ("batch_linear",)),
     "family_shared_tower": (SharedTower, ("batch_linear",)),
+    "family_shared_inputs": (SharedInputs, ("batch_linear",)),
     "family_batch_linear_lhs": (BatchLinearLHS, ("batch_linear_lhs",)),
     "family_batch_layernorm": (BatchLayerNorm, ("batch_layernorm",)),
     "family_batch_unary": (BatchUnary, ("batch_relu", "batch_tanh", "batch_sigmoid", "batch_clamp",

@@ -237,30 +237,42 @@ def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[li
           own: list[float]) -> None:
     """Build one op that several extracted classes are views of, when it costs less than what
     they cost now: N linears as slices of one linear on concatenated weights. Greedy never picks
-    it: for each class alone the fused op (a linear and two cats) costs more than its own linear."""
+    it: for each class alone the fused op (a linear and two cats) costs more than its own linear.
+
+    Groups are taken largest first. Fused classes whose views cover the same classes are
+    alternatives, and the cheapest to build of them wins: eight linears of one weight on eight
+    inputs are selects of a baddbmm over stacked weights, and of one linear over the stacked
+    inputs, which the first found (the baddbmm) used to take."""
     order = _postorder(roots, choice, kids)
     groups: dict[int, dict[int, int]] = {}  # unextracted class -> {extracted class: its view of it}
     for cls in order:
         for n in graph.classes[cls]:
             if own[n] == 0 and len(kids[n]) == 1 and kids[n][0] not in order and kids[n][0] != cls:
                 groups.setdefault(kids[n][0], {}).setdefault(cls, n)
+    alternatives: dict[frozenset[int], list[int]] = {}  # the classes covered -> the fused classes
+    for fused, members in groups.items():
+        if len(members) > 1:
+            alternatives.setdefault(frozenset(members), []).append(fused)
     tried = 0
-    for fused, members in sorted(groups.items(), key=lambda kv: -len(kv[1])):
-        if len(members) < 2 or tried >= _FUSE_TRIES:
-            continue
-        tried += 1
-        members = {c: n for c, n in members.items() if c in order and choice[c] != n}
-        plan: dict[int, int] = {}
-        # (never from the members themselves: they become views of what is built)
-        cost = _build_cost(fused, order, graph, kids, own, plan, _BUILD_DEPTH, set(members))
-        if cost >= sum(own[choice[c]] for c in members) - 1e-9 or any(c in plan for c in members):
-            continue
-        frontier = {k for m in plan.values() for k in kids[m] if k in order}
-        if any(_reaches(k, c, choice, kids, order) for k in frontier for c in members):
-            continue
-        choice.update(plan)
-        choice.update(members)
-        order = _postorder(roots, choice, kids)
+    for covered, fused_classes in sorted(alternatives.items(), key=lambda kv: -len(kv[0])):
+        best: tuple[float, dict[int, int], dict[int, int]] | None = None
+        for fused in fused_classes[:max(_FUSE_TRIES - tried, 0)]:
+            tried += 1
+            members = {c: n for c, n in groups[fused].items() if c in order and choice[c] != n}
+            plan: dict[int, int] = {}
+            # (never from the members themselves: they become views of what is built)
+            cost = _build_cost(fused, order, graph, kids, own, plan, _BUILD_DEPTH, set(members))
+            if cost >= sum(own[choice[c]] for c in members) - 1e-9 or any(c in plan for c in members):
+                continue
+            if best is not None and cost >= best[0] - 1e-9:
+                continue
+            frontier = {k for m in plan.values() for k in kids[m] if k in order}
+            if not any(_reaches(k, c, choice, kids, order) for k in frontier for c in members):
+                best = (cost, plan, members)
+        if best is not None:
+            choice.update(best[1])
+            choice.update(best[2])
+            order = _postorder(roots, choice, kids)
 
 
 _FUSE_TRIES = 200

@@ -18,8 +18,9 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
   after it (epilogue) unless a later reduction takes that consumer in as its prologue (softmax's
   division then moves into the consumer). Reductions never fuse side by side.
 - Matmuls, convolutions and other calls Inductor hands to a library or to ATen ("extern") are
-  one launch each and never fuse. ``linear`` with a bias on a 3-D input is an ``mm`` plus a
-  pointwise bias add; ``embedding_bag`` on 2-D indices also prepares its offsets in a kernel.
+  one launch each and never fuse. ``linear`` with a bias on a 3-D input that is not a reshape of
+  a computed tensor (a transpose, a slice) is a ``bmm`` plus a pointwise bias add (on a reshape,
+  one ``addmm`` of its flattened rows); ``embedding_bag`` on 2-D indices also prepares its offsets in a kernel.
 - ``cat`` on CPU is always a ``ConcatKernel``: every piece is written into its slot by one
   kernel, which is the piece's own pointwise or reduction kernel when the piece is one (not a
   slice of one), nothing when the piece is a matmul's result (the library call writes in place),
@@ -322,14 +323,19 @@ class _Simulation:
 
     def _library_operand(self, term: Term, kind: str, i: int) -> bool:
         """Does ``term`` hand its ``i``-th tensor argument to a library matmul as it is? Not a
-        ``linear``'s bias on a 3-D input: a pointwise kernel adds it after the ``mm``."""
+        ``linear``'s bias on a 3-D input that is not a reshape: a pointwise kernel adds it."""
         if kind != "matmul":
             return False
         call = self.model.registry.calls[term.args[0]]
         if call.name not in MATMULS:
             return False
         x = tensor_args(term)[0]
-        return not (call.name == "linear" and i == 2 and len(self.facts.get(x, ((0, 0), ""))[0]) > 2)
+        return not (call.name == "linear" and i == 2 and self._batched(x))
+
+    def _batched(self, x: Term) -> bool:
+        """Is ``x``, a ``linear``'s input, of rank 3 or more and not the rows of a computed tensor
+        as they lie (a reshape of it)? Inductor then runs a ``bmm`` and adds the bias after it."""
+        return len(self.facts.get(x, ((0, 0), ""))[0]) > 2 and _unreshaped(x) is not self.src.get(x)
 
     def level(self, term: Term) -> int:
         """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
@@ -439,8 +445,8 @@ class _Simulation:
         assert call is not None
         n_tensors = sum(isinstance(x, Slot) for x in call.leaves)
         rank = len(self.facts[args[0]][0]) if args and args[0] in self.facts else 2
-        if call.name == "linear" and n_tensors >= 3 and rank > 2:
-            # an mm, then the bias added by a pointwise kernel that fuses with the consumers
+        if call.name == "linear" and n_tensors >= 3 and self._batched(args[0]):
+            # a bmm, then the bias added by a pointwise kernel that fuses with the consumers
             self.kind[term] = "pointwise"
             self.depth[term] = depth + 1
             self.new_group(term, "pointwise", depth + 1)

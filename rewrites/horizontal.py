@@ -83,6 +83,10 @@ DECLARATIONS = """
 (function tl-bs (BatchSig T i64) TList :merge old)
 ; every piece of x from st on has a member with the weights and bias of the one at st
 (relation tl-shared (BatchSig T i64))
+; a member of a linear group, and every member after it, has the weights and bias of a; the
+; inputs from a on, stacked along dim 1
+(relation bl-shared (T))
+(function bl-xs1 (T) TList :merge old)
 """
 
 
@@ -237,10 +241,15 @@ RULES += [
 ]
 
 
+def group_member(form: int, lists: tuple[str, ...]) -> tuple[str, ...]:
+    """Member ``a``, at index ``m``, of a group of ``g > 1`` whose head ``hd`` holds ``lists``."""
+    return ("(= s (bl-sig a))", f"(= s {SIG.format(form)})", "(= m (bl-idx a))", "(= g (bl-size s))",
+            "(> g 1)", "(= p (bl-first s))", "(= p (pos hd))", *(f"(= {v} (bl-{v} hd))" for v in lists))
+
+
 def as_select_of(fused: str, form: int, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``fused`` ([g, n, o])."""
-    query = ("(= s (bl-sig a))", f"(= s {SIG.format(form)})", "(= m (bl-idx a))", "(= g (bl-size s))",
-             "(> g 1)", "(= p (bl-first s))", "(= p (pos hd))", *(f"(= {v} (bl-{v} hd))" for v in lists))
+    query = group_member(form, lists)
     actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", "(set (rank r) 3)",
                "(set (size r 0) g)", "(set (size r 1) n)", "(set (size r 2) o)", "(set (dtype r) dt)")
     return query, actions
@@ -261,6 +270,7 @@ RULES += [
                     ("xs", "ws", "bs")), stage="seed", covers="batch_layernorm"),
     D("batch-norm-as-select-of-norm", *as_select_of(NORM, 3, ("xs",)), stage="seed", covers="batch_layernorm"),
 ]
+
 
 
 # Layer norms with weights over the pieces that tile one tensor along dim 1, keyed by where each
@@ -306,6 +316,11 @@ TILED_Y = (f"(Op {built('bmm')} {args(TILED_X, WT)})",
 TILED_BACK = f"(Op {built('contiguous')} (Cons (Op {T01} {args('y')}) (Nil) -1))"  # y written as [n, g, o]
 
 
+def shape(t: str, dims: str) -> tuple[str, ...]:
+    """``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
+    return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)", *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
+
+
 def tiled_linear(form: int, suffix: str) -> list[Derive]:
     """The rules for linears of ``form`` (1: with bias, 0: without)."""
     sig = f"(= s (Batch k h n i o dt {form}))"
@@ -321,11 +336,6 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
     def stacks(after: str) -> tuple[str, ...]:
         """The weights (and biases) of the pieces from ``st`` on, ``after`` those of the rest."""
         return tuple(f"(set (tl-{v} s x st) (Cons (Unsqueeze {v[0]} 0) {after or v} 0))" for v in lists)
-
-    def shape(t: str, dims: str) -> tuple[str, ...]:
-        """``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
-        return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)",
-                *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
 
     whole = f"(Op k {args('(Unflat x 1 g)', 'w', *('b',)[:form])})"  # the one linear on x as [n, g, i]
     return [
@@ -364,3 +374,28 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
 
 
 RULES += [*tiled_linear(1, ""), *tiled_linear(0, "-no-bias")]
+
+
+def shared_linear(form: int, suffix: str) -> list[Derive]:
+    """One linear (``form`` 1: with bias, 0: without) on several inputs of one shape, a tower the
+    features share: the linear of the inputs stacked along dim 1 (``[n, g, i]``), each member a
+    select along dim 1 of it, so that a cat of the members in order is a view of it. The baddbmm
+    stacks the one weight once per member (Optimus' batch_linear does), and a stack along dim 0
+    would need a copy to be glued back. Only where every member has the same weights (bl-shared,
+    walked from the group's last member like the stacks, the dim-1 stack with it)."""
+    member = ("(= s (bl-sig a))", f"(= s {SIG.format(form)})", "(= x (bl-x a))")
+    same = ("(= w (bl-w a))", "(= w (bl-w c))", *(("(= b (bl-b a))", "(= b (bl-b c))") if form else ()))
+    y = f"(Op k {args('(Cat xs)', 'w', *('b',)[:form])})"  # [n, g, o]
+    return [
+        D(f"batch-linear-shared-last{suffix}", (*member, "(= p (pos a))", "(= p (bl-last s))", "(> (bl-first s) p)"),
+          ("(bl-shared a)", "(set (bl-xs1 a) (Cons (Unsqueeze x 1) (Nil) 1))"), stage="seed", covers="new"),
+        D(f"batch-linear-shared{suffix}",
+          (*member, "(= q (bl-next a))", "(= q (pos c))", "(bl-shared c)", "(= xs (bl-xs1 c))", *same),
+          ("(bl-shared a)", "(set (bl-xs1 a) (Cons (Unsqueeze x 1) xs 1))"), stage="seed", covers="new"),
+        D(f"batch-linear-as-select-of-shared{suffix}",
+          (*group_member(form, ("w", "b")[:1 + form]), "(bl-shared hd)", "(= xs (bl-xs1 hd))"),
+          (f"(let y {y})", "(union a (Squeeze (Sl y 1 m 1) 1))", *shape("y", "ngo")), stage="seed", covers="new"),
+    ]
+
+
+RULES += [*shared_linear(1, ""), *shared_linear(0, "-no-bias")]

@@ -72,6 +72,17 @@ def test_a_fused_op_is_never_built_from_its_own_members():
     assert ex.cost == 2 and graph.nodes[ex.choice[8]].op == "Binary"
 
 
+def test_of_fused_ops_that_the_same_classes_are_views_of_the_cheapest_is_built():
+    # the three matmuls are also slices of one op of x and the first weight (class 9: one
+    # kernel, where the matmul on concatenated weights, class 8, is two); class 8's slices are
+    # found first
+    from tests.extract.test_ilp import cost as ilp_cost
+
+    graph = _fusible(ENode("Binary", ("f", 0, 1), 9), *(ENode("Sl", (9, 1, 4 * i, 4), 4 + i) for i in range(3)))
+    ex = extract(graph, [4, 5, 6], ilp_cost)
+    assert ex.cost == 1 and all(graph.nodes[ex.choice[c]].children[0] == 9 for c in (4, 5, 6))
+
+
 def test_views_of_each_other_never_stand_in_for_a_class():
     # class 10 = g(x), or a view of 11; 11 and 13 are only views of each other (no term)
     from tests.extract.test_ilp import cost as ilp_cost

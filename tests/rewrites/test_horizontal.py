@@ -252,6 +252,55 @@ def test_linears_that_share_weights_on_some_pieces_only_are_batched_with_their_o
         assert "tiled-linear-as-select-of-shared" not in report.rules_fired
 
 
+class SharedGapped(SharedTower):
+    """:class:`SharedTower` on :class:`Gapped`'s pieces: separate inputs, not a tiling."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = len(self.towers) * self.per
+        return torch.cat([self.towers[j // self.per](x[:, 8 * j:8 * j + 4]) for j in range(n)], 1)
+
+
+def test_one_linear_on_separate_inputs_becomes_one_linear_of_their_stack():
+    # a stack of the inputs along dim 1 and one linear, the cat of its outputs a view of its
+    # [5, 8, 6] result: no stack of the one weight per input (the baddbmm's form, which the
+    # extractor takes where the weights differ), and no copy back. (In double precision: the
+    # weight's gradient adds up the eight inputs' in another order.)
+    for bias, suffix in ((True, ""), (False, "-no-bias")):
+        model = SharedGapped(8, 8, bias=bias, dtype=torch.float64)
+        x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
+        report, gm = check(model, x.detach())
+        assert report.rules_fired[f"batch-linear-as-select-of-shared{suffix}"] == 8
+        assert _calls(gm, "linear") == 1 and _calls(gm, "baddbmm") == 0 and _calls(gm, "bmm") == 0
+        assert _calls(gm, "stack") + _calls(gm, "cat") == 1  # the inputs, gathered once
+        assert launches(gm, x) == 2 < launches(model, x) == 8 + 1
+        _assert_same_gradients(model, gm, x)
+
+
+def test_linears_that_share_weights_on_some_inputs_only_are_batched_with_their_own():
+    # two towers of four inputs each, and one tower but for the last input (where the walk starts)
+    # or the first: a stacked weight per input, as for linears of their own
+    for model in (SharedGapped(8, 4, dtype=torch.float64), Odd(8, odd=7), Odd(8, odd=0)):
+        x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
+        report, gm = check(model, XG.double())
+        assert "batch-linear-as-select-of-shared" not in report.rules_fired
+        assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
+        _assert_same_gradients(model, gm, x)
+
+
+class Odd(nn.Module):
+    """One Linear on seven of eight gapped inputs, another on input ``odd``."""
+
+    def __init__(self, n: int, odd: int) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.n, self.odd = n, odd
+        self.tower, self.other = (nn.Linear(4, 6, dtype=torch.float64) for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([(self.other if j == self.odd else self.tower)(x[:, 8 * j:8 * j + 4])
+                          for j in range(self.n)], 1)
+
+
 def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
     model = Parallel(2)
     report, gm = check(model, XS[:, :8])
