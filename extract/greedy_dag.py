@@ -254,7 +254,7 @@ def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[li
         if len(members) > 1:
             alternatives.setdefault(frozenset(members), []).append(fused)
     tried = 0
-    for covered, fused_classes in sorted(alternatives.items(), key=lambda kv: -len(kv[0])):
+    for _, fused_classes in sorted(alternatives.items(), key=lambda kv: -len(kv[0])):
         best: tuple[float, dict[int, int], dict[int, int]] | None = None
         for fused in fused_classes[:max(_FUSE_TRIES - tried, 0)]:
             tried += 1

@@ -20,7 +20,8 @@ What Inductor does, as modelled here (checked on torch 2.13 with micro-graphs, s
 - Matmuls, convolutions and other calls Inductor hands to a library or to ATen ("extern") are
   one launch each and never fuse. ``linear`` with a bias on a 3-D input that is not a reshape of
   a computed tensor (a transpose, a slice) is a ``bmm`` plus a pointwise bias add (on a reshape,
-  one ``addmm`` of its flattened rows); ``embedding_bag`` on 2-D indices also prepares its offsets in a kernel.
+  one ``addmm`` of its flattened rows); ``embedding_bag`` on 2-D indices also prepares its
+  offsets in a kernel.
 - ``cat`` on CPU is always a ``ConcatKernel``: every piece is written into its slot by one
   kernel, which is the piece's own pointwise or reduction kernel when the piece is one (not a
   slice of one), nothing when the piece is a matmul's result (the library call writes in place),
