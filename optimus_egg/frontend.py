@@ -94,10 +94,17 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
         tr.opaque += op is None or effectful
         return t
 
+    attrs: dict[str, Term] = {}  # get_attr target -> its term
     for node in graph.nodes:
-        if node.op in ("placeholder", "get_attr"):
+        if node.op == "get_attr" and node.target in attrs:
+            # every read of one attribute is the same tensor object (fx.symbolic_trace writes a
+            # get_attr per use): one term, so that rules see a weight two linears share
+            env[node] = attrs[node.target]
+        elif node.op in ("placeholder", "get_attr"):
             env[node] = Term("Input", (len(inputs),))
             inputs.append(node)
+            if node.op == "get_attr":
+                attrs[node.target] = env[node]
         elif node.op == "output":
             leaves, tr.output_spec = pytree.tree_flatten(node.args[0])
             tr.outputs = [_materialize(x, env) if isinstance(x, fx.Node) else x for x in leaves]

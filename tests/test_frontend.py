@@ -25,3 +25,29 @@ def test_a_subgraph_call_keeps_its_place_among_random_ops():
         torch.manual_seed(0)
         outs.append(f(x))
     torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+
+
+class _SharedTower(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w, self.b = torch.randn(5, 3), torch.randn(5)  # plain tensors: a get_attr per read
+
+    def forward(self, x):
+        pieces = x.split(2, 0)  # (a traced split's pieces are not iterable: four of them)
+        prepared = [pieces[i].relu() if i % 2 else pieces[i].tanh() for i in range(4)]
+        return torch.cat([F.linear(p, self.w, self.b) for p in prepared], 0)
+
+
+def test_every_read_of_one_attribute_is_one_input():
+    """``fx.symbolic_trace`` writes a ``get_attr`` per read of a weight: as one term, the four
+    linears are seen to share it (one linear of their stacked inputs), and the graph reads it once."""
+    from optimus_egg.frontend import translate
+
+    model, x = _SharedTower(), torch.randn(8, 3)
+    traced = torch.fx.symbolic_trace(model)
+    assert sum(n.op == "get_attr" for n in traced.graph.nodes) == 8
+    assert len(translate(traced).inputs) == 1 + 2
+    gm, report = optimize(traced, (x,))
+    assert report.rules_fired["batch-linear-as-select-of-shared"] == 4
+    assert sum(n.op == "get_attr" for n in gm.graph.nodes) == 2
+    torch.testing.assert_close(gm(x), model(x))

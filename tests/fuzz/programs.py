@@ -592,7 +592,9 @@ class _Builder:
                 self.cat(outs, d)
 
     def pieces_linear_cat(self) -> None:
-        """One weight applied to every piece of a split, glued back (horizontal fusion)."""
+        """One weight applied to every piece of a split, glued back (horizontal fusion): each
+        piece with a bias of its own or none, or one Linear on all of them (a shared tower), on
+        the pieces themselves or on an elementwise op of each (separate inputs)."""
         cands = [n for n in self.ranked(2) if self.env[n].dtype in (torch.float32, torch.float64)]
         if not cands:
             return
@@ -603,7 +605,13 @@ class _Builder:
         if not pieces or any(self.env[p].dim() != rank for p in pieces):
             return
         weight = self.param([self.draw(st.integers(1, 8)), self.env[x].shape[-1]], self.env[x].dtype)
-        self.cat([self.linear(p, weight) for p in pieces], d)
+        if not self.chance(0.5):
+            self.cat([self.linear(p, weight) for p in pieces], d)
+            return
+        bias = f", {self.param([self.env_param(weight).shape[0]], self.env[x].dtype)}" if self.chance(0.5) else ""
+        if self.chance(0.5):
+            pieces = [self.unary(p, self.one_of(self.UNARY)) for p in pieces]
+        self.cat([self.emit(f"F.linear({p}, {weight}{bias})") for p in pieces], d)
 
     def parallel_linears(self) -> None:
         """Linears with their own weights on one input (horizontal fusion: one linear on the
