@@ -15,7 +15,11 @@ of parallel ops would blow the e-graph up), members chained in program order (``
   grouped: a term never depends on one of its own height, so no member reads another. Where the
   inputs are the ``g`` pieces that tile one ``[n, g * i]`` tensor along dim 1, the baddbmm reads
   that tensor as a ``[g, n, i]`` view instead of a stack of its pieces, and one copy writes its
-  result back as ``[n, g, o]``: a cat of the outputs in order is a view of it;
+  result back as ``[n, g, o]``: a cat of the outputs in order is a view of it. Where every member
+  has the same weight and bias (one Linear, a tower the features share), the baddbmm would stack
+  that weight once per member: the group is one linear of the inputs stacked along dim 1 (of the
+  tensor viewed as ``[n, g, i]`` where they tile it), each output a select along dim 1 of it, so
+  that a cat of the outputs in order is a view of it and nothing is copied back;
 - layer norms of one template (so one ``normalized_shape`` and ``eps``) on inputs of one shape
   ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
   each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
