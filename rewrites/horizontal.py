@@ -245,6 +245,11 @@ RULES += [
 ]
 
 
+def shape(t: str, dims: str) -> tuple[str, ...]:
+    """``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
+    return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)", *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
+
+
 def group_member(form: int, lists: tuple[str, ...]) -> tuple[str, ...]:
     """Member ``a``, at index ``m``, of a group of ``g > 1`` whose head ``hd`` holds ``lists``."""
     return ("(= s (bl-sig a))", f"(= s {SIG.format(form)})", "(= m (bl-idx a))", "(= g (bl-size s))",
@@ -254,8 +259,7 @@ def group_member(form: int, lists: tuple[str, ...]) -> tuple[str, ...]:
 def as_select_of(fused: str, form: int, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``fused`` ([g, n, o])."""
     query = group_member(form, lists)
-    actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", "(set (rank r) 3)",
-               "(set (size r 0) g)", "(set (size r 1) n)", "(set (size r 2) o)", "(set (dtype r) dt)")
+    actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", *shape("r", "gno"))
     return query, actions
 
 
@@ -274,7 +278,6 @@ RULES += [
                     ("xs", "ws", "bs")), stage="seed", covers="batch_layernorm"),
     D("batch-norm-as-select-of-norm", *as_select_of(NORM, 3, ("xs",)), stage="seed", covers="batch_layernorm"),
 ]
-
 
 
 # Layer norms with weights over the pieces that tile one tensor along dim 1, keyed by where each
@@ -318,11 +321,6 @@ TILED_X = f"(Op {T01} {args('(Unflat x 1 g)')})"  # x as [g, n, i]
 TILED_Y = (f"(Op {built('bmm')} {args(TILED_X, WT)})",
            f"(Op {built('baddbmm')} {args('(Unsqueeze (Cat bs) 1)', TILED_X, WT)})")  # [g, n, o]
 TILED_BACK = f"(Op {built('contiguous')} (Cons (Op {T01} {args('y')}) (Nil) -1))"  # y written as [n, g, o]
-
-
-def shape(t: str, dims: str) -> tuple[str, ...]:
-    """``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
-    return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)", *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
 
 
 def tiled_linear(form: int, suffix: str) -> list[Derive]:

@@ -276,17 +276,6 @@ def test_one_linear_on_separate_inputs_becomes_one_linear_of_their_stack():
         _assert_same_gradients(model, gm, x)
 
 
-def test_linears_that_share_weights_on_some_inputs_only_are_batched_with_their_own():
-    # two towers of four inputs each, and one tower but for the last input (where the walk starts)
-    # or the first: a stacked weight per input, as for linears of their own
-    for model in (SharedGapped(8, 4, dtype=torch.float64), Odd(8, odd=7), Odd(8, odd=0)):
-        x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
-        report, gm = check(model, XG.double())
-        assert "batch-linear-as-select-of-shared" not in report.rules_fired
-        assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
-        _assert_same_gradients(model, gm, x)
-
-
 class Odd(nn.Module):
     """One Linear on seven of eight gapped inputs, another on input ``odd``."""
 
@@ -299,6 +288,17 @@ class Odd(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return torch.cat([(self.other if j == self.odd else self.tower)(x[:, 8 * j:8 * j + 4])
                           for j in range(self.n)], 1)
+
+
+def test_linears_that_share_weights_on_some_inputs_only_are_batched_with_their_own():
+    # two towers of four inputs each, and one tower but for the last input (where the walk starts)
+    # or the first: a stacked weight per input, as for linears of their own
+    for model in (SharedGapped(8, 4, dtype=torch.float64), Odd(8, odd=7), Odd(8, odd=0)):
+        x = torch.randn(5, 64, dtype=torch.float64, requires_grad=True)
+        report, gm = check(model, XG.double())
+        assert "batch-linear-as-select-of-shared" not in report.rules_fired
+        assert _calls(gm, "baddbmm") == 1 and _calls(gm, "linear") == 0
+        _assert_same_gradients(model, gm, x)
 
 
 def test_two_batched_linears_stay_apart_when_the_stacks_cost_more():
