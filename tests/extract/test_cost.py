@@ -103,7 +103,11 @@ def test_inductor_model_matches_inductor_on_cpu():
              # dim 1, each slot gets the relu of its own piece
              (lambda x: torch.relu(torch.stack([x @ w for w in W3], 1)), (x,), 1),
              (lambda x: torch.relu(torch.cat([x @ w for w in W3], 1)), (x,), 3),
-             (_one_piece_two_stacks, (x,), 4)]
+             (_one_piece_two_stacks, (x,), 4),
+             # a 3-D linear with bias: on a reshape one addmm of its rows, bias included; on a
+             # transpose a bmm, and the bias added after it (here in the sum's kernel)
+             (lambda x: F.linear(x.unflatten(1, (2, 8)), W, W[0]).flatten(1), (x,), 0),
+             (lambda x: F.linear(x.unflatten(1, (2, 8)).transpose(0, 1), W, W[0]).sum(0), (x,), 1)]
     for fn, inputs, objects in cases:
         measured = measure(Fn(fn), inputs)
         got = predict(fn, *inputs)
