@@ -224,3 +224,20 @@ def test_pieces_that_become_slices_of_a_later_tensor_are_not_priced(monkeypatch)
     graph, own, out = seen[-1]
     assert sum(n.op == "Sl" for n in graph.nodes) >= 3
     assert out == own
+
+
+def test_a_union_is_priced_walking_only_the_classes_that_cost_something():
+    """Free classes (views, inputs) pay EPSILON each and are counted, not walked: the price is
+    the sum over every class all the same, for short masks and a wide model's long ones."""
+    import random
+
+    from optimus_egg.extract.greedy_dag import EPSILON, _price
+
+    rng = random.Random(1)
+    for width in (8, 70, 3000):
+        paid = {c: rng.choice([EPSILON, EPSILON, 1 + EPSILON, 2.5 + EPSILON]) for c in range(width)}
+        costly = sum(1 << c for c, p in paid.items() if p != EPSILON)
+        for _ in range(20):
+            classes = rng.getrandbits(width)
+            expected = sum(paid[c] for c in range(width) if classes >> c & 1)
+            assert abs(_price(classes, costly, paid) - expected) < 1e-9
