@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import heapq
 from collections import defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from optimus_egg.egraph import Frozen
@@ -215,7 +216,7 @@ def _share(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[l
                 if not all(_by_views(k, order, graph, kids, own, plan, _VIEW_DEPTH) for k in kids[n]) or cls in plan:
                     continue
                 frontier = {k for m in (n, *plan.values()) for k in kids[m] if k in order}
-                if any(order[k] >= order[cls] and _reaches(k, cls, choice, kids, order) for k in frontier):
+                if _reaches([k for k in frontier if order[k] >= order[cls]], {cls}, choice, kids, order):
                     continue
                 choice.update(plan)
                 choice[cls], changed = n, True
@@ -281,7 +282,7 @@ def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[li
             if best is not None and cost >= best[0] - 1e-9:
                 continue
             frontier = {k for m in plan.values() for k in kids[m] if k in order}
-            if not any(_reaches(k, c, choice, kids, order) for k in frontier for c in members):
+            if not _reaches(frontier, members.keys(), choice, kids, order):
                 best = (cost, plan, members)
         if best is not None:
             choice.update(best[1])
@@ -352,16 +353,19 @@ def _postorder(roots: list[int], choice: dict[int, int], kids: list[list[int]]) 
     return order
 
 
-def _reaches(start: int, target: int, choice: dict[int, int], kids: list[list[int]], order: dict[int, int]) -> bool:
-    """Whether ``target`` is below ``start`` in the extracted DAG (``order``: its post-order), or
-    may be: the walk skips classes before ``target`` in post-order (they cannot reach it) and
-    answers yes after :data:`_REACH_VISITS` classes. A yes only forgoes a switch; exhaustive walks
-    made ``_share`` quadratic on e-graphs cut short by a budget (chain N=600: 29 s)."""
-    seen, stack = {start}, [start]
-    floor = order[target]
+def _reaches(starts: Collection[int], targets: Collection[int], choice: dict[int, int], kids: list[list[int]],
+             order: dict[int, int]) -> bool:
+    """Whether any of ``targets`` is below (or is) any of ``starts`` in the extracted DAG
+    (``order``: its post-order), or may be: one walk from every start, which skips classes before
+    every target in post-order (they cannot reach one) and answers yes after
+    :data:`_REACH_VISITS` classes per start. A yes only forgoes a switch; exhaustive walks made
+    ``_share`` quadratic on e-graphs cut short by a budget (chain N=600: 29 s), and a walk per
+    start and target made ``_fuse`` quadratic in a stack's width (800 inputs: 1.9M walks)."""
+    seen, stack = set(starts), list(starts)
+    floor, budget = min(order[t] for t in targets), _REACH_VISITS * len(stack)
     while stack:
         cls = stack.pop()
-        if cls == target or len(seen) > _REACH_VISITS:
+        if cls in targets or len(seen) > budget:
             return True
         for k in kids[choice[cls]]:
             if k not in seen and order.get(k, floor) >= floor:

@@ -101,13 +101,17 @@ def test_reach_walk_prunes_by_post_order_and_says_yes_past_its_budget(monkeypatc
     choice = {c: c for c in range(8)}
     order = greedy_dag._postorder([5, 6, 7], choice, kids)
     assert order[7] < order[0]  # the leaf comes first: no walk can prune down to it
-    assert greedy_dag._reaches(5, 2, choice, kids, order)
-    assert not greedy_dag._reaches(6, 2, choice, kids, order)  # 6 reads only 0, before 2 in post-order
-    assert not greedy_dag._reaches(2, 5, choice, kids, order)
-    assert not greedy_dag._reaches(5, 7, choice, kids, order)  # a walk over the whole chain
+    assert greedy_dag._reaches([5], {2}, choice, kids, order)
+    assert not greedy_dag._reaches([6], {2}, choice, kids, order)  # 6 reads only 0, before 2 in post-order
+    assert not greedy_dag._reaches([2], {5}, choice, kids, order)
+    assert not greedy_dag._reaches([5], {7}, choice, kids, order)  # a walk over the whole chain
+    assert greedy_dag._reaches([6, 7, 4], {2, 5}, choice, kids, order)  # one walk: 4 reads 2
+    assert not greedy_dag._reaches([6, 2], {4, 7}, choice, kids, order)
+    assert not greedy_dag._reaches([], {2}, choice, kids, order)
     monkeypatch.setattr(greedy_dag, "_REACH_VISITS", 2)
-    assert greedy_dag._reaches(5, 7, choice, kids, order)  # too long a walk: assumed to reach (no switch)
-    assert not greedy_dag._reaches(6, 2, choice, kids, order)  # pruned walks stay exact
+    assert greedy_dag._reaches([5], {7}, choice, kids, order)  # too long a walk: assumed to reach (no switch)
+    assert not greedy_dag._reaches([2, 6], {7}, choice, kids, order)  # 2 classes a start: 4 classes, all seen
+    assert not greedy_dag._reaches([6], {2}, choice, kids, order)  # pruned walks stay exact
 
 
 def test_ties_go_to_the_op_that_moves_fewer_bytes():
