@@ -6,6 +6,7 @@ node's op on its inputs' fake values, so Inductor and its passes see shapes ever
 
 from __future__ import annotations
 
+import bisect
 import copy
 import operator
 from typing import Any
@@ -204,10 +205,9 @@ class Emitter:
             spans = {n: (n.args[2], n.args[2] + n.args[3]) for n in nodes}
             cuts = sorted({0, *(s for s, _ in spans.values()), *(e for _, e in spans.values())})
             cells = list(zip(cuts, cuts[1:]))
-            if (size is None or cuts[-1] != size
-                    or not all(any(s <= a and b <= e for s, e in spans.values()) for a, b in cells)):
-                continue  # a gap: no split tiles the tensor
-            wide = [n for n in nodes if any(spans[n][0] < c < spans[n][1] for c in cuts)]
+            if size is None or cuts[-1] != size or _gap(sorted(spans.values())):
+                continue  # no split tiles the tensor
+            wide = [n for n in nodes if bisect.bisect_left(cuts, spans[n][1]) > bisect.bisect_right(cuts, spans[n][0])]
             if not wide or any(n in keep or not all(_cat_reads(u, n, d) for u in n.users) for n in wide):
                 continue
             for n in wide:
@@ -696,6 +696,16 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         graph.erase_node(cat)
         replaced[cat] = stack
     return replaced
+
+
+def _gap(spans: list[tuple[int, int]]) -> bool:
+    """Whether the ``(start, end)`` spans, sorted, leave a gap between 0 and their last end."""
+    covered = 0
+    for start, end in spans:
+        if start > covered:
+            return True
+        covered = max(covered, end)
+    return False
 
 
 def _input_piece(node: Any) -> fx.Node | None:

@@ -237,6 +237,15 @@ def test_overlapping_slices_with_a_gap_or_read_by_a_cat_on_another_dim_are_not_c
         torch.testing.assert_close(_gradient(gm, x), _gradient(fn, x))
 
 
+def test_a_gap_is_any_stretch_no_span_covers():
+    from optimus_egg.emit import _gap
+
+    assert _gap([(0, 6), (2, 4), (8, 12)])  # 6..8 inside
+    assert _gap([(2, 12)])  # 0..2 before the first
+    assert not _gap([(0, 6), (2, 4), (4, 12)])
+    assert not _gap([(0, 2), (2, 2), (2, 12)])  # an empty span on a border
+
+
 def test_as_many_kernels_with_overlapping_slices_that_cannot_be_cut_is_kept_in_training():
     def gap(x):
         p = torch.split(x, 2, dim=1)
