@@ -391,7 +391,8 @@ class Emitter:
             same_grad = all(_grad(val(old_leaves[i])) == _grad(val(leaves[i])) for i in members)
             spans = [_span(val(leaves[i])) for i in members]
             fresh = k not in inputs and (k not in claimed or self.disjoint_outputs and _disjoint(spans, claimed[k]))
-            if same_grad and k is not None and (k == was if was in inputs else fresh):
+            twins = k not in inputs and _detached_twins([val(leaves[i]) for i in members])
+            if same_grad and k is not None and not twins and (k == was if was in inputs else fresh):
                 claimed.setdefault(k, []).extend(spans)
             else:
                 broken.append((was, members))
@@ -408,7 +409,9 @@ class Emitter:
                     # equal values, not equal grad flags: cat([x.detach(), y[0:0]]) is x.detach()
                     # but requires grad through the empty piece; the base is computed as written
                     base = self.as_written(old_base, classes)
-                if storage_key(val(base)) in inputs or storage_key(val(base)) in claimed:
+                if (storage_key(val(base)) in inputs or storage_key(val(base)) in claimed
+                        or not _whole(val(base)) and _detached_twins([val(old_leaves[i]) for i in members],
+                                                                     partial_only=False)):
                     base = self.graph.call_function(torch.clone, (base,))
                     fake_values.fake_run(base)
                 claimed[storage_key(val(base))] = [None]
@@ -527,6 +530,31 @@ def _span(v: Any) -> tuple[int, int] | None:
     if 0 in shape:
         return (start, start)
     return (start, start + 1 + sum((n - 1) * abs(st) for n, st in zip(shape, strides)))
+
+
+def _detached_twins(vals: list[Any], partial_only: bool = True) -> bool:
+    """Whether two of these tensors are one view of one storage, one requiring grad and the other
+    not (``v`` and ``v.detach()``), and (``partial_only``) that view is not the storage whole.
+
+    AOTAutograd (torch 2.13 to 2.15) regenerates such a pair of outputs, where the view is a part
+    or a transpose of a tensor the graph computes, by replaying the view on the other output,
+    and fails ("incorrect out shape after application of ViewMeta sequence"). A rewrite makes
+    them of ``y.detach(), y`` once ``y`` is a slice of a wider op (the fuzzer's, cut down in
+    tests/test_emit.py); plain ``torch.compile`` fails the same on such outputs as written."""
+    flags: dict[Any, set[bool]] = {}
+    for v in vals:
+        if isinstance(v, torch.Tensor) and not (partial_only and _whole(v)):
+            geometry = tuple(static_int(x) for x in (v.storage_offset(), *v.shape, *v.stride()))
+            if None not in geometry:
+                flags.setdefault((storage_key(v), v.dim(), geometry), set()).add(v.requires_grad)
+    return any(len(f) == 2 for f in flags.values())
+
+
+def _whole(v: torch.Tensor) -> bool:
+    """Whether a tensor is its storage, all of it, in order."""
+    nbytes = static_int(v.untyped_storage().nbytes())
+    return (static_int(v.storage_offset()) == 0 and nbytes is not None and bool(v.is_contiguous())
+            and static_int(v.numel()) == nbytes // v.element_size())
 
 
 def _disjoint(spans: list[tuple[int, int] | None], taken: list[tuple[int, int] | None]) -> bool:

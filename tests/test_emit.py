@@ -717,3 +717,28 @@ def test_a_base_recomputed_as_written_reads_the_dropout_it_drew():
     got = [*gm(x, y), torch.rand(3)]
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+class _DetachedTwin(torch.nn.Module):
+    """The fuzzer's (a probe, seed 5139), cut down: ``y`` is ``gelu`` of a slice, computed twice."""
+
+    def forward(self, x):
+        b = torch.split(torch.cat([x, x], dim=1), [1, 3], dim=0)[1]
+        g = torch.nn.functional.gelu(b)
+        y = torch.nn.functional.gelu(torch.stack([b, g], 3).unbind(3)[0])
+        return y.detach(), y
+
+
+def test_a_slice_of_a_wider_op_is_never_returned_with_its_detached_twin():
+    """Rewritten, ``y`` is a slice of one gelu over the whole cat; returned with ``y.detach()``,
+    AOTAutograd (torch 2.13 to 2.15) regenerates one output from the other and fails ("incorrect
+    out shape after application of ViewMeta sequence"). The slice is copied out instead: the two
+    outputs alias each other, as ``y.detach()`` and ``y`` did."""
+    model, x = _DetachedTwin(), torch.randn(4, 3, 8, requires_grad=True)
+    gm, report = optimize(model, (x,))
+    assert report.fallback is None and report.kernels_after < report.kernels_before
+    detached, y = torch.compile(gm, backend="aot_eager")(x)
+    want_detached, want = model(x)
+    torch.testing.assert_close(y, want)
+    assert not detached.requires_grad and detached.data_ptr() == y.data_ptr()
+    torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
