@@ -80,6 +80,16 @@ def test_a_backward_program_that_crashes_torch_itself_is_not_run():
     assert not check_backward(Program(src, (torch.randn(10, 12), torch.randn(8, dtype=torch.float64))))
 
 
+def test_a_fresh_tensor_returned_with_its_detach_is_checked():
+    """``y.detach(), y`` with ``y`` an op's fresh result is no torch crash, so the program is run:
+    the rewrite made ``y`` a slice of a wider gelu, and AOTAutograd failed on the pair (a
+    probe's fuzzer, seed 5139; test_emit has the model)."""
+    src = ("def forward(self, x0):\n    v0 = torch.split(torch.cat([x0, x0], 1), [1, 3], 0)[1]\n"
+           "    v1 = F.gelu(v0)\n    v2 = F.gelu(torch.stack([v0, v1], 3).unbind(3)[0])\n"
+           "    return (v2.detach(), v2,)\n")
+    assert check_backward(Program(src, (torch.randn(4, 3, 8),)))
+
+
 def _outputs(eager, optimized, x: torch.Tensor) -> None:
     _compare(Fn(eager), Fn(optimized), (x,), ([], []), grad=False)
 
