@@ -651,10 +651,14 @@ class _Builder:
         getattr(self, self.one_of(weighted))()
 
     def outputs(self) -> str:
-        """Usually the last value, and any others: inputs, pieces, the same value twice, a tuple."""
+        """Usually the last value, and any others: inputs, pieces, the same value twice, a value
+        and its detach (AOTAutograd fails on a partial view of a computed tensor so returned,
+        which a rewrite must not make of a fresh one: seed 5139), a tuple."""
         names = self.draw(st.lists(st.sampled_from(list(reversed(self.tensors))), max_size=3))
         if not names or self.chance(0.7):
             names.insert(0, self.tensors[-1])
+        if self.chance(0.1):
+            names.append(f"{names[0]}.detach()")
         if self.tuples and self.chance(0.1):
             names.append(self.pick(self.tuples))
         if len(names) == 1 and self.chance(0.5):
