@@ -55,7 +55,7 @@ from optimus_egg.bench.harness import (
     warm_up,
 )
 from optimus_egg.bench.models import chain
-from optimus_egg.cli_options import add_option_args, options_from_args
+from optimus_egg.cli_options import add_option_args, options_from_args, positive_int
 from optimus_egg.counting import eager_launches
 from optimus_egg.pipeline import Options, Report, capture, optimize_graph
 
@@ -251,14 +251,14 @@ def searched(n: int, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], r
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("blocks", type=int, nargs="+")
+    parser.add_argument("blocks", type=positive_int, nargs="+")
     parser.add_argument("--no-compile", action="store_true", help="only time optimize()")
-    parser.add_argument("--reps", type=int, default=3, help="optimize runs and compile rounds (median)")
-    parser.add_argument("--step-reps", type=int, default=30, help="interleaved step-timing rounds (median)")
+    parser.add_argument("--reps", type=positive_int, default=3, help="optimize runs and compile rounds (median)")
+    parser.add_argument("--step-reps", type=positive_int, default=30, help="interleaved step-timing rounds (median)")
     parser.add_argument("--modes", default="inference,training")
     parser.add_argument("--cruft-inductor", action="store_true", help="also plain inductor on the cruft chain")
     parser.add_argument("--cold", action="store_true", help="a fresh Inductor cache per compile")
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (on a loaded machine, 1 avoids "
+    parser.add_argument("--threads", type=positive_int, help="torch.set_num_threads (on a loaded machine, 1 avoids "
                         "OpenMP threads waiting on each other in every C++ kernel)")
     add_option_args(parser)
     args = parser.parse_args(argv)

@@ -40,7 +40,7 @@ from optimus_egg.bench.backends import INDUCTOR, OPTIMUS_EGG, STANDARD, Backend,
 from optimus_egg.bench.device import Device, pick
 from optimus_egg.bench.models import Factory
 from optimus_egg.bench.zoo import zoo
-from optimus_egg.cli_options import add_option_args, options_from_args
+from optimus_egg.cli_options import add_option_args, options_from_args, positive_int
 from optimus_egg.counting import eager_launches, wrapper_launches
 
 MODES = ("inference", "training")
@@ -527,8 +527,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(MODES), metavar="MODES",
                         help="comma-separated subset of: inference, training (default: both)")
     parser.add_argument("--device", default="auto", choices=("auto", "cpu", "cuda"))
-    parser.add_argument("--reps", type=int, help="interleaved timing rounds (default 10 quick, 30 full)")
-    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's). On a machine "
+    parser.add_argument("--reps", type=positive_int, help="interleaved timing rounds (default 10 quick, 30 full)")
+    parser.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's). On a machine "
                         "shared with other work, 1 avoids OpenMP threads waiting on descheduled peers")
 
 

@@ -16,12 +16,13 @@ from collections.abc import Sequence
 
 from optimus_egg.bench.chain import searched
 from optimus_egg.bench.models import WIDE_SHAPES, wide
+from optimus_egg.cli_options import positive_int
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("towers", type=int, nargs="+")
-    parser.add_argument("--reps", type=int, default=3, help="optimize runs (median)")
+    parser.add_argument("towers", type=positive_int, nargs="+")
+    parser.add_argument("--reps", type=positive_int, default=3, help="optimize runs (median)")
     parser.add_argument("--shape", choices=sorted(WIDE_SHAPES), default="towers")
     args = parser.parse_args(argv)
     for n in args.towers:

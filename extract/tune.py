@@ -11,7 +11,6 @@ pointwise launch (geometric mean over the shapes), and returns a
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import statistics
@@ -210,21 +209,16 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 
 def add_arguments(parser: Any) -> None:
+    from optimus_egg.cli_options import positive_int  # (cli_options imports the pipeline, which imports this)
+
     parser.add_argument("--out", default="optimus_egg_profile.json", help="where to write the profile (JSON)")
     parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present, else cpu")
     parser.add_argument("--shapes", help="ROWSxCOLS,... to time at (default: "
                         + ",".join(f"{r}x{c}" for r, c in STANDARD_SHAPES) + ")")
     parser.add_argument("--model", help="time at the most common shapes of this benchmark model "
                         "(chain, rec_demo or a zoo model)")
-    parser.add_argument("--repeats", type=_positive, default=5, help="timed runs per op (median)")
-    parser.add_argument("--inner", type=_positive, default=20, help="back-to-back launches per timed run")
-
-
-def _positive(text: str) -> int:
-    """argparse type: 0 repeats failed after the timing with ``min() arg is an empty sequence``."""
-    if not text.isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"want a positive integer, got {text!r}")
-    return int(text)
+    parser.add_argument("--repeats", type=positive_int, default=5, help="timed runs per op (median)")
+    parser.add_argument("--inner", type=positive_int, default=20, help="back-to-back launches per timed run")
 
 
 def run(args: Any) -> str:

@@ -18,6 +18,14 @@ _FLAGS = {"families": "families", "max_iterations": "max_iterations", "max_enode
           "max_seconds": "max_seconds", "strict": "strict"}
 
 
+def positive_int(text: str) -> int:
+    """argparse type for counts: 0 repeats made ``tune`` fail after the timing (``min()`` of
+    nothing), and ``bench --reps 0`` ran its default 10 rounds."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"want a positive integer, got {text!r}")
+    return int(text)
+
+
 def add_option_args(parser: argparse.ArgumentParser) -> None:
     """Add the optimizer's options to ``parser`` (read them back with :func:`options_from_args`)."""
     group = parser.add_argument_group("optimizer options (default: the documented defaults)")

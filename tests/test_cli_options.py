@@ -56,3 +56,13 @@ def test_generic_option_passes_through_to_the_pipeline(monkeypatch):
 def test_bad_options_are_clear_errors(argv, match):
     with pytest.raises(ValueError, match=match):
         _parse(*argv)
+
+
+@pytest.mark.parametrize("argv", [["bench", "--quick", "--reps", "0"], ["bench", "--threads", "-1"]])
+def test_counts_on_the_command_line_are_positive(capsys, argv):
+    """``bench --reps 0`` ran the default 10 rounds, as if no count had been given."""
+    from optimus_egg.cli import main
+
+    with pytest.raises(SystemExit):
+        main(argv)
+    assert "positive integer" in capsys.readouterr().err
