@@ -143,6 +143,26 @@ class Costs(Mapping[str, tuple[float, float]]):
         return repr(dict(self))
 
 
+class _Unchanged(Mapping[str, tuple[float, float]]):
+    """A fallback's figures: every cost model's "after" is its "before"."""
+
+    def __init__(self, costs: Mapping[str, tuple[float, float]]) -> None:
+        self._costs = costs
+
+    def __getitem__(self, name: str) -> tuple[float, float]:
+        before = self._costs[name][0]
+        return (before, before)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._costs)
+
+    def __len__(self) -> int:
+        return len(self._costs)
+
+    def __repr__(self) -> str:
+        return repr(dict(self))
+
+
 @dataclass
 class Report:
     kernels_before: float = 0.0  # kernels predicted by the chosen cost model
@@ -226,12 +246,16 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_
         if options.strict or _strict_from_env():
             raise
         report.fallback = f"{type(exc).__name__}: {exc}"
+        # the figures describe the graph returned: a search may have priced one it then dropped
+        report.kept, report.kept_reason = True, "the optimization failed"
+        report.kernels_after, report.costs = report.kernels_before, _Unchanged(report.costs)
         warnings.warn(f"optimus_egg: optimization failed, using the unoptimized graph ({report.fallback})",
                       OptimizerFallback, stacklevel=2)
         log.warning("optimization failed, using the unoptimized graph (%s)", report.fallback)
         return gm, report
-    log_debug("%s; %d FX nodes (%d opaque); %s", report.summary(), report.fx_nodes, report.opaque_nodes,
-              report.timings())
+    # (a record is shown with the logger's name: the summary's own prefix printed it twice)
+    log_debug("%s; %d FX nodes (%d opaque); %s", report.summary().removeprefix("optimus_egg: "), report.fx_nodes,
+              report.opaque_nodes, report.timings())
     return new_gm, report
 
 
@@ -554,14 +578,17 @@ def capture(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[An
     return gm
 
 
-def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any], **options: Any
+def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[Any] | torch.Tensor, **options: Any
              ) -> tuple[fx.GraphModule, Report]:
     """Return an equivalent GraphModule that runs eagerly, and what was done to it.
 
     Both are specialized to ``example_inputs``: capture traces sizes into constants and bakes
     in the values of non-tensor arguments, and the rules fire on the shapes and dtypes seen. A
     graph that is not the model itself therefore refuses other inputs (a different batch size
-    once returned ``reshape(x, 2, -1)`` of an 8-row input, silently)."""
+    once returned ``reshape(x, 2, -1)`` of an 8-row input, silently). A tensor alone is the
+    model's one argument, as ``torch.jit.trace`` takes it (its rows were the arguments)."""
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
     opts = Options.from_kwargs(**options)
     gm = capture(model, example_inputs)
     new_gm, report = optimize_graph(gm, opts)

@@ -46,6 +46,38 @@ def test_failure_falls_back_with_one_warning(lenient, monkeypatch):
     torch.testing.assert_close(gm(x), model(x))
 
 
+def test_a_fallback_reports_the_graph_it_returns(lenient, monkeypatch):
+    """A failure after the search (here the emitter's) left the report with the figures of the
+    graph it dropped, fewer kernels after than before, for a graph returned as it was."""
+    import optimus_egg.pipeline as opt
+
+    class Broken(opt.Emitter):
+        def run(self, *args, **kwargs):
+            raise IndexError("injected")
+
+    model, x = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1)), torch.randn(2, 8)
+    _, searched = optimize(model, (x,))
+    assert searched.kernels_after < searched.kernels_before
+    opt.cache.clear()
+    monkeypatch.setattr(opt, "Emitter", Broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", OptimizerFallback)
+        gm, report = optimize(model, (x,))
+    assert report.fallback and "injected" in report.fallback and report.kept
+    assert report.kernels_after == report.kernels_before == searched.kernels_before
+    assert dict(report.costs) == {m: (b, b) for m, (b, _) in searched.costs.items()}
+    assert "left the graph unchanged" in report.summary()
+
+
+def test_one_tensor_is_the_one_argument():
+    """``optimize(model, x)``: the tensor's rows were taken for the arguments (``TypeError: too
+    many positional arguments`` from deep inside Dynamo's export)."""
+    model, x = Fn(lambda x: torch.cat(torch.split(x, 2, 1), 1).relu()), torch.randn(3, 4)
+    gm, report = optimize(model, x)
+    assert report.kernels_after < report.kernels_before
+    torch.testing.assert_close(gm(x), model(x))
+
+
 def test_strict_raises(monkeypatch):
     import optimus_egg.pipeline as opt
 
