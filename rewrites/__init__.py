@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import sys
 import traceback
+from difflib import get_close_matches
 from dataclasses import dataclass
 from importlib import import_module
 from importlib.util import find_spec, module_from_spec, spec_from_file_location
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+
+from optimus_egg.optable import OPS
 
 if TYPE_CHECKING:
     from optimus_egg.ir import Term
@@ -93,8 +96,14 @@ def op_named(var: str, name: str) -> str:
     Keys are per-graph (``relu#3``): two calls share a key only when they are the same call, so
     a rule about one op (not about "any elementwise op") tests the name with this fact. ``name``
     is the op table's name (``optimus_egg.optable.OPS``), e.g. ``relu`` for ``torch.relu``,
-    ``F.relu``, ``Tensor.relu`` and ``nn.ReLU``.
+    ``F.relu``, ``Tensor.relu`` and ``nn.ReLU``. Any other name is an error: it would match
+    nothing, and the rule would never fire without a word.
     """
+    names = {op.name for op in OPS}
+    if name not in names:
+        near = get_close_matches(name, names, n=3)
+        raise ValueError(f"op_named: no op {name!r} in the op table (optimus_egg.optable.OPS)"
+                         + (f"; did you mean {', '.join(near)}?" if near else ""))
     return f'(= 1 (count-matches (+ "#" {var}) "#{name}#"))'
 
 #: Family name → module that defines ``RULES`` (and optionally ``DECLARATIONS``, ``WRITTEN``).

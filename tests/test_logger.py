@@ -60,7 +60,7 @@ def test_debug_switch_logs_each_graphs_statistics(monkeypatch, records):
     _, report = optimize(MODEL, (X,))
     debug = [r.getMessage() for r in records if r.levelno == logging.DEBUG]
     assert len(debug) == 1
-    assert report.summary() in debug[0] and report.timings() in debug[0]
+    assert debug[0].startswith(report.summary().removeprefix("optimus_egg: ")) and report.timings() in debug[0]
     assert all(phase in debug[0] for phase in ("translate", "build", "saturate", "extract", "emit"))
 
 
@@ -73,7 +73,8 @@ def test_debug_reaches_stderr_when_logging_is_not_configured(monkeypatch, fresh_
     monkeypatch.setattr(logging.getLogger(), "handlers", [])  # an application that never set up logging
     monkeypatch.setenv("OPTIMUS_EGG_DEBUG", "1")
     _, report = optimize(MODEL, (X,))
-    assert f"optimus_egg: {report.summary()}" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert report.summary() in err and "optimus_egg: optimus_egg:" not in err
 
 
 def test_silent_by_default(lenient, monkeypatch, fresh_logger, capsys):

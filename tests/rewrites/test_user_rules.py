@@ -99,6 +99,9 @@ def test_rule_name_clash_is_an_error(tmp_path):
     ("import no_such_pkg_xyz\nRULES = []\n", "ModuleNotFoundError: No module named 'no_such_pkg_xyz'"),
     ("from optimus_egg.rewrites import Rule\nRULES = [Rule('x', '(Unary f x)', 'x', foo=1)]\n",
      "TypeError: "),
+    # a misspelt op matched nothing, and the rule never fired without a word
+    ("from optimus_egg.rewrites import Rule, op_named\nRULES = [Rule('x', '(Unary f x)', 'x', (op_named('f', 'relux'),))]\n",
+     "ValueError: op_named: no op 'relux' in the op table (optimus_egg.optable.OPS); did you mean relu"),
 ])
 def test_a_module_that_fails_to_load_is_named_with_its_line(tmp_path, monkeypatch, source, why):
     """Its error was raised bare, as if it were the optimizer's, naming no rule module."""
