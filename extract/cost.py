@@ -114,8 +114,9 @@ class KernelCost:
             return 0.0
         if op == "Cat":
             return self.weights["cat"]
-        cat = category(self.registry.calls[args[0]])  # Unary / Binary / Op: by key
-        return 0.0 if cat == "view" else self.weights[cat]
+        call = self.registry.calls[args[0]]  # Unary / Binary / Op: by key
+        cat = category(call)  # (a call that launches several kernels costs each: call.cost)
+        return 0.0 if cat == "view" else self.weights[cat] * call.cost
 
     def bind(self, graph: Frozen, facts: dict[int, Fact]) -> NodeCost:
         return self

@@ -797,7 +797,35 @@ def _cost(node: fx.Node, op: OpDef | None) -> float:
         return 0.0
     if op.kind is Kind.MAYBE_VIEW:
         return 0.0 if aliases_input(node) else 1.0
+    if node.target is F.embedding_bag:
+        return _embedding_bag_launches(node)
     return 1.0
+
+
+def _embedding_bag_launches(node: fx.Node) -> float:
+    """``F.embedding_bag`` of a 2-D input (bags of one length) makes its offsets (``arange``) and
+    flattens the input and any ``per_sample_weights`` in Python before its one kernel; a
+    flattening that cannot be a view is a copy (``ids[:, i]`` of a 3-D tensor of ids)."""
+    b = bind(node, "input", "weight", "offsets", "max_norm", "norm_type", "scale_grad_by_freq", "mode",
+             "sparse", "per_sample_weights", "include_last_offset", "padding_idx",
+             defaults={"offsets": None, "max_norm": None, "norm_type": 2, "scale_grad_by_freq": False,
+                       "mode": "mean", "sparse": False, "per_sample_weights": None,
+                       "include_last_offset": False, "padding_idx": None})
+    x = val(b["input"]) if b is not None else None
+    if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.is_nested:
+        return 1.0
+    flat = [t for t in (x, val(b["per_sample_weights"])) if isinstance(t, torch.Tensor)]
+    return 2.0 + sum(not _flattens_as_view(t) for t in flat)
+
+
+def _flattens_as_view(t: torch.Tensor) -> bool:
+    """Whether ``t.reshape(-1)`` is a view: its dims of more than one element are laid out as
+    one run (a symbolic size: assumed a copy)."""
+    dims = [(static_int(n), static_int(s)) for n, s in zip(t.shape, t.stride())]
+    if any(n is None or s is None for n, s in dims):
+        return False
+    run = [(n, s) for n, s in dims if n != 1]
+    return all(s == n_next * s_next for (_, s), (n_next, s_next) in zip(run, run[1:]))
 
 
 class StorageKey(torch.multiprocessing.reductions.StorageWeakRef):
