@@ -356,6 +356,9 @@ def explain(model: torch.nn.Module, inputs: tuple[Any, ...], options: dict[str, 
           + (", ".join(f"{k} {v}" for k, v in fired) or "none"), file=out)
     print(f"e-graph: {report.enodes} e-nodes, {report.eclasses} e-classes, {report.iterations} "
           f"iterations ({report.stop_reason or '-'}); extractor: {report.extractor or '-'}", file=out)
+    if "ilp" in report.extraction:  # (greedy's graph is kept where the ILP's is no better)
+        print("extractions: " + "; ".join(_extraction(name, run) for name, run in report.extraction.items()
+                                          if isinstance(run, dict)), file=out)
     print(f"time: {report.timings()}; total {report.total_seconds * 1e3:.0f} ms"
           + ("; the search was served from the in-process cache" if report.cache_hit else ""), file=out)
 
@@ -378,6 +381,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-lines", type=int, default=30, metavar="N",
                         help="lines shown per side of a region (default 30)")
     add_option_args(parser)
+
+
+def _extraction(name: str, run: dict[str, Any]) -> str:
+    """One extractor's run, as ``select.extract`` reports it."""
+    cost = "no graph" if run.get("cost") is None else f"cost {run['cost']:g}"
+    status = f", {run['status']}" if "status" in run else ""
+    used = "" if "used" not in run else ", its graph used" if run["used"] else ", its graph not used"
+    return f"{name} {cost} in {run['seconds']:.2f} s{status}{used}"
 
 
 def main(args: argparse.Namespace) -> int:

@@ -172,3 +172,16 @@ def test_a_fallback_is_shown_with_its_cause(lenient, monkeypatch, capsys):
     assert report.fallback and "FELL BACK" in out and "ValueError: injected" in out
     assert "cost model" not in out and "rewritten regions: 0" in out
     assert "outputs equal to the original on the example inputs: yes" in out
+
+
+def test_each_extractor_run_is_shown_when_the_ilp_ran(capsys):
+    """``--option extractor=ilp`` printed "extractor: greedy-dag" alone where greedy's graph was
+    kept on a tie, as if the ILP had not run."""
+    model = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1))
+    report = explain.explain(model, (torch.randn(3, 4),), {"extractor": "ilp"}, sys.stdout)
+    out = capsys.readouterr().out
+    line = next(row for row in out.splitlines() if row.startswith("extractions: "))
+    assert "greedy cost" in line and "ilp cost" in line and report.extraction["ilp"]["status"] in line
+    assert ("its graph used" in line) == report.extraction["ilp"]["used"]
+    explain.explain(model, (torch.randn(3, 4),), {}, sys.stdout)
+    assert "extractions: " not in capsys.readouterr().out
