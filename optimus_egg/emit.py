@@ -519,12 +519,16 @@ def _storage(v: Any) -> Any:
     return None
 
 
+def _layout(v: torch.Tensor) -> tuple[int, ...] | None:
+    """A tensor's place in its storage: offset, sizes, strides (None: one of them is symbolic)."""
+    ints = tuple(static_int(x) for x in (v.storage_offset(), *v.shape, *v.stride()))
+    return None if None in ints else ints  # type: ignore[return-value]
+
+
 def _span(v: Any) -> tuple[int, int] | None:
     """The elements of its storage a tensor can touch, as [first, last + 1) (None: unknown)."""
-    if not isinstance(v, torch.Tensor):
-        return None
-    ints = [static_int(x) for x in (v.storage_offset(), *v.shape, *v.stride())]
-    if None in ints:
+    ints = _layout(v) if isinstance(v, torch.Tensor) else None
+    if ints is None:
         return None
     start, shape, strides = ints[0], ints[1:1 + v.dim()], ints[1 + v.dim():]
     if 0 in shape:
@@ -543,10 +547,8 @@ def _detached_twins(vals: list[Any], partial_only: bool = True) -> bool:
     tests/test_emit.py); plain ``torch.compile`` fails the same on such outputs as written."""
     flags: dict[Any, set[bool]] = {}
     for v in vals:
-        if isinstance(v, torch.Tensor) and not (partial_only and _whole(v)):
-            geometry = tuple(static_int(x) for x in (v.storage_offset(), *v.shape, *v.stride()))
-            if None not in geometry:
-                flags.setdefault((storage_key(v), v.dim(), geometry), set()).add(v.requires_grad)
+        if isinstance(v, torch.Tensor) and not (partial_only and _whole(v)) and (layout := _layout(v)) is not None:
+            flags.setdefault((storage_key(v), v.dim(), layout), set()).add(v.requires_grad)
     return any(len(f) == 2 for f in flags.values())
 
 

@@ -179,7 +179,7 @@ def check_compiled(program: Program, backend: Any = "optimus_egg", reference: An
     itself, or AOTAutograd not (:func:`_returns_a_view_and_its_detach`). ``backend`` and
     ``reference`` are what ``torch.compile`` takes."""
     model = program.module()
-    if "detach" in program.source and _returns_a_view_and_its_detach(dynamo_graph(program)):
+    if _returns_a_view_and_its_detach(program, grad=False):
         return False
     compiled = torch.compile(model, backend=backend, fullgraph=True)
     gen = torch.Generator().manual_seed(len(program.source))
@@ -233,7 +233,7 @@ def check_backward(program: Program) -> bool:
         expected = pytree.tree_leaves(_seeded(model, args_e))
     except RuntimeError:
         return False
-    if "detach" in program.source and _returns_a_view_and_its_detach(dynamo_graph(program, grad=True)):
+    if _returns_a_view_and_its_detach(program, grad=True):
         return False
     with inductor_config.patch(fallback_random=True):  # dropouts draw as eager's (check_compiled)
         decompositions = select_decomp_table()
@@ -274,12 +274,14 @@ class _Compiled(torch.nn.Module):
         return torch.compile(self.inner, backend=self.backend, fullgraph=True)(*args)
 
 
-def _returns_a_view_and_its_detach(graph: torch.fx.GraphModule | None) -> bool:
+def _returns_a_view_and_its_detach(program: Program, grad: bool) -> bool:
     """Does the graph, as written, return a view of a computed tensor and that view detached?
     AOTAutograd (torch 2.13) fails replaying such outputs, with or without the optimizer (a
     segmentation fault from ``v = (x * 2)[:, 6:9]; return v.detach(), v`` under ``aot_eager``,
     seed 404). A fresh tensor and its detach (``y.detach(), y``) are checked: the rewrite must
-    not make ``y`` such a view (:func:`optimus_egg.emit._detached_twins`)."""
+    not make ``y`` such a view (:func:`optimus_egg.emit._detached_twins`). Only a program that
+    says ``detach`` is captured to look."""
+    graph = dynamo_graph(program, grad=grad) if "detach" in program.source else None
     if graph is None:
         return False
     inputs = {storage_key(val(n)) for n in graph.graph.find_nodes(op="placeholder")}
