@@ -55,7 +55,7 @@ class Options:
     ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
-    rewrite_backward: bool = True  # in training, the backward Inductor derives too (backend.BackwardPass)
+    rewrite_backward: bool | str = "auto"  # in training, the backward too (backend.BackwardPass); auto: on a GPU
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
@@ -77,10 +77,11 @@ class Options:
                 check_rules(loaded)  # a module of one's own: egglog errors name its rule, here
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
         flags = {name: kw.get(name, default)
-                 for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", True))}
+                 for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", "auto"))}
         for name, flag in flags.items():
-            if not isinstance(flag, bool):  # bool("false") is True
-                raise ValueError(f"option {name} must be True or False, got {flag!r}")
+            auto = " or 'auto'" if name == "rewrite_backward" else ""
+            if not (isinstance(flag, bool) or (auto and flag == "auto")):  # bool("false") is True
+                raise ValueError(f"option {name} must be True or False{auto}, got {flag!r}")
         cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
         extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
         profile = kw.get("cost_profile")

@@ -1,18 +1,23 @@
 """End to end through torch.compile(backend="optimus_egg"): forward and backward equal to eager."""
 
+import pytest
 import torch
 import torch._functorch.config
 import torch._inductor.config
 from torch import nn
 
 from optimus_egg.backend import REPORTS
+from optimus_egg.pipeline import Options
 from tests.helpers import INDUCTOR_2_13
 
+#: The backward pass's weight-gradient batching, which ``rewrite_backward="auto"`` leaves off on CPU.
+BATCHED = {"rewrite_backward": True}
 
-def _compare(model, inputs, dynamic=False, extra_inputs=()):
+
+def _compare(model, inputs, dynamic=False, extra_inputs=(), options=None):
     torch._dynamo.reset()
     REPORTS.clear()
-    compiled = torch.compile(model, backend="optimus_egg", dynamic=dynamic)
+    compiled = torch.compile(model, backend="optimus_egg", dynamic=dynamic, options=options)
     for args in (inputs, *extra_inputs):
         model.zero_grad(set_to_none=True)
         ref = model(*args)
@@ -89,8 +94,6 @@ def test_inplace_relu_and_mutated_input():
 
 
 def test_options_are_validated():
-    import pytest
-
     torch._dynamo.reset()
     with pytest.raises(Exception, match="valid"):
         torch.compile(lambda x: x + 1, backend="optimus_egg", options={"nope": 1})(torch.randn(2))
@@ -99,7 +102,6 @@ def test_options_are_validated():
 def test_the_mode_is_inductors_and_an_unknown_one_is_a_clear_error(monkeypatch):
     """``torch.compile(mode=...)`` reaches Inductor with the graph (the backend dropped it: no
     max-autotune, no CUDA graphs)."""
-    import pytest
     import torch._inductor.compile_fx
 
     from optimus_egg.backend import optimus_egg_backend
@@ -174,12 +176,12 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
 
     model, x = Chain(), torch.randn(6, 8)
     BACKWARD_REPORTS.clear()
-    report = _compare(model, (x,))  # (gradients equal to eager's)
+    report = _compare(model, (x,), options=BATCHED)  # (gradients equal to eager's)
     assert report.kept  # the forward has nothing to rewrite
     [backward] = BACKWARD_REPORTS
     assert backward.rules_fired["batch-mm-as-select-of-bmm"] == 5 and not backward.kept
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="optimus_egg")
+    compiled = torch.compile(model, backend="optimus_egg", options=BATCHED)
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
     assert code.count("extern_kernels.bmm(") == 1 and code.count("extern_kernels.mm(") == 4  # input gradients
     # Every C++ kernel runs between two of those calls, none before the first or after the bmm
@@ -192,7 +194,7 @@ def test_the_weight_gradients_of_a_backward_are_one_bmm():
 
 @torch._inductor.config.patch(fx_graph_cache=False)
 @torch._functorch.config.patch(enable_autograd_cache=False)
-def test_the_backward_is_left_as_autograd_wrote_it_under_rewrite_backward_false():
+def test_a_backward_on_cpu_is_left_as_autograd_wrote_it_by_default():
     import copy
 
     from torch._inductor.utils import run_and_get_code
@@ -204,12 +206,40 @@ def test_the_backward_is_left_as_autograd_wrote_it_under_rewrite_backward_false(
     eager(x).sum().backward()
     torch._dynamo.reset()
     BACKWARD_REPORTS.clear()
-    compiled = torch.compile(model, backend="optimus_egg", options={"rewrite_backward": False})
+    compiled = torch.compile(model, backend="optimus_egg")
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
     assert not BACKWARD_REPORTS
     assert "bmm(" not in code and code.count("extern_kernels.mm(") == 5 + 4  # weight and input gradients
     for p, q in zip(model.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(("choice", "device", "runs"), [("auto", "cuda", True), ("auto", "cpu", False),
+                                                         (True, "cpu", True), (False, "cuda", False)])
+def test_rewrite_backward_auto_batches_a_backward_on_a_gpu_only(choice, device, runs):
+    """The post-grad pass on a backward graph whose tensors are (fake) ``device`` ones: under
+    ``"auto"`` it runs on a GPU's, where launches cost, and leaves a CPU's alone."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from optimus_egg.backend import BACKWARD_REPORTS, BackwardPass
+
+    aten = torch.ops.aten
+
+    def backward(x0, x1, x2, x3, tangents_1, tangents_2, tangents_3, tangents_4):
+        return tuple(aten.mm.default(aten.t.default(g), x) for g, x in
+                     ((tangents_1, x0), (tangents_2, x1), (tangents_3, x2), (tangents_4, x3)))
+
+    gm = torch.fx.symbolic_trace(backward)
+    mode = FakeTensorMode()
+    with mode:
+        inputs = [torch.empty(6, 8, device=device) for _ in range(8)]
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
+    BACKWARD_REPORTS.clear()
+    BackwardPass(Options.from_kwargs(rewrite_backward=choice))(gm.graph)
+    assert bool(BACKWARD_REPORTS) == runs
+    if runs:
+        assert BACKWARD_REPORTS[-1].rules_fired["batch-mm-as-select-of-bmm"] == 4
 
 
 @torch._inductor.config.patch(fx_graph_cache=False)
@@ -226,7 +256,7 @@ def test_weight_gradients_that_share_one_bmm_accumulate_over_steps_and_repeated_
     eager = copy.deepcopy(model)
     torch._dynamo.reset()
     BACKWARD_REPORTS.clear()
-    compiled = torch.compile(model, backend="optimus_egg")
+    compiled = torch.compile(model, backend="optimus_egg", options=BATCHED)
     for _ in range(2):
         x = torch.randn(6, 8)
         for fn in (compiled, eager):
@@ -257,7 +287,7 @@ def test_each_bias_gradient_is_summed_in_its_layers_kernel_beside_the_bmm():
 
     model, x = TanhChain(), torch.randn(6, 8)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="optimus_egg")
+    compiled = torch.compile(model, backend="optimus_egg", options=BATCHED)
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
     assert code.count("extern_kernels.bmm(") == 1
     kernels = [line.strip().split("(")[0] for line in code[code.index("def call("):].splitlines()
@@ -279,7 +309,7 @@ def test_the_saved_inputs_a_bmm_of_weight_gradients_reads_are_stacked_in_the_ker
 
     model, x = Chain(), torch.randn(6, 8)
     torch._dynamo.reset()
-    compiled = torch.compile(model, backend="optimus_egg")
+    compiled = torch.compile(model, backend="optimus_egg", options=BATCHED)
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
     call = code[code.index("def call("):]
     saved = {a.strip() for a in call[call.index("\n") + 1:call.index("= args")].split(",") if a.strip().startswith("tanh")}
@@ -290,7 +320,6 @@ def test_the_saved_inputs_a_bmm_of_weight_gradients_reads_are_stacked_in_the_ker
 
 def test_the_backward_pass_is_cached_under_what_it_depends_on():
     from optimus_egg.backend import BackwardPass
-    from optimus_egg.pipeline import Options
 
     plain, other = BackwardPass(Options()), BackwardPass(Options(cost_model="inductor"))
     assert plain.uuid() == BackwardPass(Options()).uuid() != other.uuid()
@@ -305,7 +334,6 @@ def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_
     from optimus_egg import rewrites
     from optimus_egg.backend import BackwardPass
     from optimus_egg.extract.tune import Profile
-    from optimus_egg.pipeline import Options
 
     profile, rules = tmp_path / "profile.json", tmp_path / "rules.py"
     uuids = []
