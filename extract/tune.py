@@ -211,7 +211,7 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 def add_arguments(parser: Any) -> None:
     from optimus_egg.cli_options import positive_int  # (cli_options imports the pipeline, which imports this)
 
-    parser.add_argument("--out", default="optimus_egg_profile.json", help="where to write the profile (JSON)")
+    parser.add_argument("--out", default="optimus_egg_profile.json", help="where to write the profile (JSON; default: %(default)s)")
     parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present, else cpu")
     parser.add_argument("--shapes", help="ROWSxCOLS,... to time at (default: "
                         + ",".join(f"{r}x{c}" for r, c in STANDARD_SHAPES) + ")")

@@ -88,6 +88,13 @@ def test_bad_command_lines_are_one_line_errors_before_any_timing(capsys, tmp_pat
     assert re.search(message, str(exit_.value)) and str(exit_.value).startswith("optimus-egg tune: ")
 
 
+def test_help_names_where_the_profile_goes_by_default(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    assert re.search(r"--out OUT\s+where to write the profile \(JSON; default:\s+optimus_egg_profile\.json\)",
+                     capsys.readouterr().out)
+
+
 @pytest.mark.parametrize("flag", ["--repeats", "--inner"])
 def test_repeats_and_inner_are_positive(capsys, flag):
     with pytest.raises(SystemExit):
