@@ -10,6 +10,7 @@ frontend's effect chain, and every node carries Dynamo's fake ``example_value``.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import inspect
@@ -47,11 +48,9 @@ class BackwardPass(CustomGraphPass):
     they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``).
     A forward graph is what the Dynamo-level rewrite already produced: only its stacks of
     weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`).
-    A backward graph is rewritten under ``rewrite_backward=True``, and under ``"auto"`` (the
-    default) when it runs on a GPU: batching its weight gradients saves launches there, where each
-    costs microseconds; on CPU, where a "launch" is a function call, it costs a C++ kernel to
-    build and a slower step (the 100-block chain: 1.04× the twin's step and 1.59× its cold
-    training compile, against 0.98× and 1.39× left as autograd wrote it)."""
+    Under ``rewrite_backward="auto"`` (the default) a CPU backward is rewritten without the
+    ``horizontal`` family, whose rules there batch the weight gradients (see :func:`_for_backward`).
+    """
 
     def __init__(self, options: Options) -> None:
         self.options = options
@@ -60,10 +59,11 @@ class BackwardPass(CustomGraphPass):
         if not any(n.op == "placeholder" and n.name.startswith("tangents") for n in graph.nodes):
             _scatter_input_stacks(graph)
             return
-        if not _rewrites_backward(self.options.rewrite_backward, graph):
+        options = _for_backward(self.options, graph)
+        if options is None:
             return
         gm = graph.owning_module
-        new_gm, report = optimize_graph(gm, self.options, disjoint_outputs=True)
+        new_gm, report = optimize_graph(gm, options, disjoint_outputs=True)
         BACKWARD_REPORTS.append(report)
         if new_gm is not gm:
             _replace(graph, new_gm.graph)
@@ -79,12 +79,22 @@ class BackwardPass(CustomGraphPass):
         return hashlib.sha256(f"{_source_hash()} {self.options!r} {rules} {weights}".encode()).hexdigest()
 
 
-def _rewrites_backward(choice: bool | str, graph: fx.Graph) -> bool:
-    """``rewrite_backward`` for this graph: ``"auto"`` is on when a tensor it reads is on a GPU."""
-    if choice != "auto":
-        return bool(choice)
+def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
+    """The options a backward graph is rewritten with, or None to leave it as autograd wrote it.
+
+    ``rewrite_backward="auto"`` drops the ``horizontal`` family where no tensor the graph reads
+    is on a GPU. On a backward its rules batch the weight gradients, which saves launches where
+    each costs microseconds; on CPU, where a launch is a function call, the batch cost a C++
+    kernel, a slower step and a slower compile (the 100-block chain: 1.04× the twin's step and
+    1.59× its cold training compile, against 0.98× and 1.39×). The other families' rewrites of
+    a backward (the slices of the zoo's sequence model: 80 → 71 kernel objects) pay on both."""
+    if options.rewrite_backward is False:
+        return None
     vals = (n.meta.get("val") for n in graph.find_nodes(op="placeholder"))
-    return any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in vals)
+    if options.rewrite_backward is True or any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in vals):
+        return options
+    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
+    return dataclasses.replace(options, families=tuple(n for n in names if n != "horizontal"))
 
 
 def _scatter_input_stacks(graph: fx.Graph) -> None:
