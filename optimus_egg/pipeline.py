@@ -55,7 +55,7 @@ class Options:
     ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
-    rewrite_backward: bool | str = "auto"  # in training, the backward too (backend.BackwardPass); auto: on a GPU
+    rewrite_backward: bool | str = "auto"  # the backward too (backend.BackwardPass); auto: batched on a GPU only
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
