@@ -32,7 +32,7 @@ import torch
 
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.dag import Dag, Fact, tensor_args
-from optimus_egg.ir import CONSTRUCTORS
+from optimus_egg.ir import CONSTRUCTORS, from_list
 from optimus_egg.optable import FREE_CONSTRUCTORS, OPS, Call, Kind, Registry
 
 #: Op categories, each with its own weight. ``copy`` is a kernel that only moves data (a cat
@@ -122,8 +122,8 @@ class KernelCost:
         return self
 
     def total(self, dag: Dag) -> float:
-        """The cost of a term DAG (each distinct term once)."""
-        return sum(self.of(t.op, t.args) for t in dag.order)
+        """The cost of a term DAG, each term as many times as it is computed."""
+        return sum(self.of(t.op, t.args) * dag.copies.get(t, 1) for t in dag.order)
 
 
 def _itemsize(dtype: str) -> int:
@@ -174,7 +174,9 @@ class MemoryCost:
             if t.op == "Cons" and t.args[2] >= 0:
                 total += 2 * nbytes(facts.get(t.args[0]))
             elif t.op not in ("Cons", "Nil") and self._moves(t.op, t.args[0] if t.args else None):
-                total += nbytes(facts.get(t)) + sum(nbytes(facts.get(a)) for a in tensor_args(t))
+                total += (nbytes(facts.get(t)) + sum(nbytes(facts.get(a)) for a in tensor_args(t))) * dag.copies.get(t, 1)
+            elif t.op == "Cat":  # (its cells are charged once above; a copy of the cat writes them again)
+                total += 2 * sum(nbytes(facts.get(p)) for p in from_list(t.args[0])[0]) * (dag.copies.get(t, 1) - 1)
         return total
 
 

@@ -93,12 +93,15 @@ def _infer(op: str, args: tuple[Any, ...], fact_of: Callable[[Any], Fact | None]
 
 class Dag:
     """A concrete term DAG to cost: its roots, its terms children first, and their facts
-    (completed by :func:`infer`). Built once and shared by every cost model."""
+    (completed by :func:`infer`). Built once and shared by every cost model. ``copies``: the
+    terms a graph as written computes more than once, and how many times (the node-local cost
+    models charge each copy)."""
 
-    def __init__(self, roots: list[Term], facts: Facts) -> None:
+    def __init__(self, roots: list[Term], facts: Facts, copies: dict[Term, int] | None = None) -> None:
         self.roots = roots
         self.order = topo(roots)
         self.facts = complete(self.order, facts)
+        self.copies = copies or {}
 
 
 def complete(order: list[Term], facts: Facts) -> Facts:

@@ -56,7 +56,7 @@ def term_facts(tr: Translation) -> Facts:
 def translated(tr: Translation) -> Dag:
     """The graph as translated (outputs and the effect chain), to cost before optimization."""
     roots = [t for t in tr.outputs if isinstance(t, Term)] + ([tr.effects] if tr.effects is not None else [])
-    return Dag(roots, term_facts(tr))
+    return Dag(roots, term_facts(tr), tr.copies())
 
 
 def seed_facts(tr: Translation, names: dict[Term, int], graph: Frozen) -> dict[int, Fact]:

@@ -11,6 +11,7 @@ may batch instead: :mod:`optimus_egg.draws`.)
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 import operator
 from typing import Any
@@ -36,6 +37,14 @@ class Translation:
     terms: dict[fx.Node, Term] = field(default_factory=dict)  # node -> its term (nodes that have one)
     opaque: int = 0  # nodes kept as opaque Ops
     nodes: int = 0
+
+    def copies(self) -> dict[Term, int]:
+        """How many times the graph as written computes each term that several of its calls
+        compute alike (a stack of the same tensors written three times): the e-graph holds one,
+        eager runs each."""
+        again = Counter(t for n, t in self.terms.items()
+                        if n.op.startswith("call_") and n is not self.origin[t] and n.target == self.origin[t].target)
+        return {t: k + 1 for t, k in again.items()}
 
 
 def mutated_storages(graph: fx.Graph) -> set[Any]:

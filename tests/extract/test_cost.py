@@ -187,3 +187,26 @@ def test_eager_model_counts_every_kernel_of_an_embedding_bag(ids, weights):
 
     report, _ = check(fn, ids)
     assert report.kernels_before == eager_launches(Fn(fn), ids)
+
+
+def test_eager_and_memory_models_charge_each_copy_of_a_computation_written_twice():
+    """The e-graph holds one term for calls that compute alike (``mmoe`` stacks the same
+    experts three times: priced 66 where eager runs 68); the graph as written pays each. A call
+    that returns its input as it is (``contiguous``) is no copy of the op that made the input."""
+
+    def twice(x, y):
+        return (torch.stack([x, y]).relu() + torch.stack([x, y]).sigmoid() + torch.relu(x).contiguous()
+                + torch.relu(x))
+
+    def once(x, y):
+        s, r = torch.stack([x, y]), torch.relu(x)
+        return s.relu() + s.sigmoid() + r + r
+
+    x, y = torch.randn(4, 8), torch.randn(4, 8)
+    (registry, dag), (registry1, dag1) = _dag(twice, x, y), _dag(once, x, y)
+    assert KernelCost(registry).total(dag) == eager_launches(Fn(twice), x, y) == 9
+    assert KernelCost(registry1).total(dag1) == eager_launches(Fn(once), x, y) == 7
+    bytes_of = [MemoryCost(r).total(d) for r, d in (_dag(torch.stack, [x, y]), _dag(torch.relu, x))]
+    assert MemoryCost(registry).total(dag) == MemoryCost(registry1).total(dag1) + sum(bytes_of) > 0
+    report, gm = check(twice, x, y)  # computed once
+    assert (report.kernels_before, report.kernels_after) == (9, 7) == (9, eager_launches(gm, x, y))
