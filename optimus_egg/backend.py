@@ -82,19 +82,21 @@ class BackwardPass(CustomGraphPass):
 def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
     """The options a backward graph is rewritten with, or None to leave it as autograd wrote it.
 
-    ``rewrite_backward="auto"`` drops the ``horizontal`` family where no tensor the graph reads
-    is on a GPU. On a backward its rules batch the weight gradients, which saves launches where
-    each costs microseconds; on CPU, where a launch is a function call, the batch cost a C++
-    kernel, a slower step and a slower compile (the 100-block chain: 1.04× the twin's step and
-    1.59× its cold training compile, against 0.98× and 1.39×). The other families' rewrites of
-    a backward (the slices of the zoo's sequence model: 80 → 71 kernel objects) pay on both."""
-    if options.rewrite_backward is False:
+    ``rewrite_backward="auto"`` drops the ``horizontal`` family where no graph input is on a GPU.
+    On a backward its rules batch the weight gradients, which saves launches where each costs
+    microseconds; on CPU, where a launch is a function call, the batch cost a C++ kernel, a
+    slower step and a slower compile (the 100-block chain: 1.04× the twin's step and 1.59× its
+    cold training compile, against 0.98× and 1.39×). The other families' rewrites of a backward
+    pay on both (the zoo's sequence model: 80 kernel objects with its backward as autograd wrote
+    it, 71 rewritten)."""
+    if not options.rewrite_backward:
         return None
     vals = (n.meta.get("val") for n in graph.find_nodes(op="placeholder"))
-    if options.rewrite_backward is True or any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in vals):
+    if options.rewrite_backward != "auto" or any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in vals):
         return options
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    return dataclasses.replace(options, families=tuple(n for n in names if n != "horizontal"))
+    kept = tuple(n for n in names if n != "horizontal")
+    return dataclasses.replace(options, families=kept) if kept else None
 
 
 def _scatter_input_stacks(graph: fx.Graph) -> None:

@@ -40,10 +40,12 @@ class Translation:
 
     def copies(self) -> dict[Term, int]:
         """How many times the graph as written computes each term that several of its calls
-        compute alike (a stack of the same tensors written three times): the e-graph holds one,
-        eager runs each."""
+        compute alike (a stack of the same tensors written three times, ``torch.relu(x)`` and
+        ``x.relu()``): the e-graph holds one, eager runs each. A call whose term is its own
+        input's (``contiguous`` of a contiguous tensor) returns that tensor: no copy."""
         again = Counter(t for n, t in self.terms.items()
-                        if n.op.startswith("call_") and n is not self.origin[t] and n.target == self.origin[t].target)
+                        if n.op.startswith("call_") and n is not self.origin[t]
+                        and all(self.terms.get(a) != t for a in n.all_input_nodes))
         return {t: k + 1 for t, k in again.items()}
 
 

@@ -79,9 +79,9 @@ class Options:
         flags = {name: kw.get(name, default)
                  for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", "auto"))}
         for name, flag in flags.items():
-            auto = " or 'auto'" if name == "rewrite_backward" else ""
-            if not (isinstance(flag, bool) or (auto and flag == "auto")):  # bool("false") is True
-                raise ValueError(f"option {name} must be True or False{auto}, got {flag!r}")
+            allowed = "True, False or 'auto'" if name == "rewrite_backward" else "True or False"
+            if not (isinstance(flag, bool) or ("auto" in allowed and flag == "auto")):  # bool("false") is True
+                raise ValueError(f"option {name} must be {allowed}, got {flag!r}")
         cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
         extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
         profile = kw.get("cost_profile")

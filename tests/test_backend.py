@@ -208,19 +208,22 @@ def test_the_weight_gradients_of_a_cpu_backward_are_autograds_mms_by_default():
     BACKWARD_REPORTS.clear()
     compiled = torch.compile(model, backend="optimus_egg")
     _, (_, code) = run_and_get_code(lambda: compiled(x).sum().backward())
-    assert len(BACKWARD_REPORTS) == 1  # (the backward pass ran, without the horizontal family)
+    [backward] = BACKWARD_REPORTS  # (the backward pass ran, without the horizontal family)
+    assert "batch-mm-as-select-of-bmm" not in backward.rules_fired
     assert "bmm(" not in code and code.count("extern_kernels.mm(") == 5 + 4  # weight and input gradients
     for p, q in zip(model.parameters(), eager.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize(("choice", "device", "runs", "batches"),
-                         [("auto", "cuda", True, True), ("auto", "cpu", True, False),
-                          (True, "cpu", True, True), (False, "cuda", False, False)])
-def test_rewrite_backward_auto_batches_weight_gradients_on_a_gpu_only(choice, device, runs, batches):
+@pytest.mark.parametrize(("options", "device", "runs", "batches"),
+                         [({}, "cuda", True, True), ({}, "cpu", True, False),
+                          ({"rewrite_backward": True}, "cpu", True, True), ({"rewrite_backward": False}, "cuda", False, False),
+                          ({"families": ["horizontal"]}, "cpu", False, False)])
+def test_rewrite_backward_auto_batches_weight_gradients_on_a_gpu_only(options, device, runs, batches):
     """The post-grad pass on a backward graph whose tensors are (fake) ``device`` ones: under
-    ``"auto"`` it batches weight gradients on a GPU's, where launches cost, and on a CPU's it
-    rewrites the rest (the ``horizontal`` family left out)."""
+    ``"auto"`` (the default) it batches weight gradients on a GPU's, where launches cost, and
+    on a CPU's it rewrites the rest (the ``horizontal`` family left out; nothing, if that was
+    the only family asked for)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -238,11 +241,11 @@ def test_rewrite_backward_auto_batches_weight_gradients_on_a_gpu_only(choice, de
         inputs = [torch.empty(6, 8, device=device) for _ in range(8)]
     FakeTensorProp(gm, mode).propagate_dont_convert_inputs(*inputs)
     BACKWARD_REPORTS.clear()
-    BackwardPass(Options.from_kwargs(rewrite_backward=choice))(gm.graph)
+    BackwardPass(Options.from_kwargs(**options))(gm.graph)
     assert len(BACKWARD_REPORTS) == runs
     fired = BACKWARD_REPORTS[-1].rules_fired.get("batch-mm-as-select-of-bmm", 0) if runs else 0
     assert fired == (4 if batches else 0)
-    assert len(gm.graph.find_nodes(op="call_function", target=aten.bmm.default)) == batches
+    assert len(gm.graph.find_nodes(op="call_function", target=aten.bmm.default)) == int(batches)
 
 
 @torch._inductor.config.patch(fx_graph_cache=False)
