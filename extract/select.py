@@ -10,7 +10,11 @@ the better, and reports what each cost and took).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
+
+import torch
+import torch.fx as fx
 
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import greedy_dag, ilp
@@ -40,13 +44,19 @@ def cost_model(name: str, registry: Registry, weights: dict[str, float] | None =
     return cls(registry, weights)
 
 
-def device_of(tr: Translation) -> str:
-    """``cuda`` when the graph's inputs live on a CUDA device, else ``cpu``."""
-    for node in tr.inputs:
+def input_device(inputs: Iterable[fx.Node]) -> str:
+    """The device type of the first of a graph's inputs that is not on the CPU, else ``cpu``."""
+    for node in inputs:
         v = val(node)
-        if getattr(v, "is_cuda", False):
-            return "cuda"
+        if isinstance(v, torch.Tensor) and v.device.type != "cpu":
+            return v.device.type
     return "cpu"
+
+
+def device_of(tr: Translation) -> str:
+    """``cuda`` when the graph's inputs live on a CUDA device, else ``cpu``: the devices whose
+    kernels the cost models count."""
+    return "cuda" if input_device(tr.inputs) == "cuda" else "cpu"
 
 
 def term_facts(tr: Translation) -> Facts:

@@ -18,11 +18,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import torch
 import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from optimus_egg import rewrites
+from optimus_egg.extract.select import input_device
 from optimus_egg.extract.tune import load_profile
 from optimus_egg.emit import scatter_input_stacks
 from optimus_egg.fake_values import call_key, propagate
@@ -91,8 +91,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
     it, 71 rewritten)."""
     if not options.rewrite_backward:
         return None
-    vals = (n.meta.get("val") for n in graph.find_nodes(op="placeholder"))
-    if options.rewrite_backward != "auto" or any(isinstance(v, torch.Tensor) and v.device.type != "cpu" for v in vals):
+    if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
         return options
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
     kept = tuple(n for n in names if n != "horizontal")
