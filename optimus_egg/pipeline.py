@@ -25,7 +25,7 @@ import torch
 import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from optimus_egg import cache, draws, fake_values, modes, optable, rewrites
+from optimus_egg import cache, draws, fake_values, modes, optable, rewrites, verify
 from optimus_egg.egraph import Budget, EGraph, Frozen, Rows, check_rules, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -56,12 +56,13 @@ class Options:
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
     rewrite_backward: bool | str = "auto"  # the backward too (backend.BackwardPass); auto: batched on a GPU only
+    verify: bool = False  # run the rewritten graph against the original on random inputs (optimus_egg.verify)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
         budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
         valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", "batch_random",
-                 "rewrite_backward", *budget_keys}
+                 "rewrite_backward", "verify", *budget_keys}
         unknown = set(kw) - valid
         if unknown:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
@@ -77,7 +78,8 @@ class Options:
                 check_rules(loaded)  # a module of one's own: egglog errors name its rule, here
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
         flags = {name: kw.get(name, default)
-                 for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", "auto"))}
+                 for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", "auto"),
+                                       ("verify", False))}
         for name, flag in flags.items():
             allowed = "True, False or 'auto'" if name == "rewrite_backward" else "True or False"
             if not (isinstance(flag, bool) or ("auto" in allowed and flag == "auto")):  # bool("false") is True
@@ -90,7 +92,7 @@ class Options:
             load_profile(profile)  # raises on a missing or malformed profile
         return cls(fams, budget, flags["strict"], cost_model, extractor,
                    float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile,
-                   flags["batch_random"], flags["rewrite_backward"])
+                   flags["batch_random"], flags["rewrite_backward"], flags["verify"])
 
 
 def _amount(name: str, value: Any, integer: bool) -> Any:
@@ -183,6 +185,7 @@ class Report:
     opaque_nodes: int = 0
     extractor: str = ""
     fallback: str | None = None  # why the graph was left unchanged
+    verified: str = ""  # with verify=True: "passed", or why nothing was compared ("skipped: ...")
     kept: bool = False  # the input graph is returned as it was (kept_reason says why)
     kept_reason: str = ""
     zone_nodes: int = 0  # calls kept as written between mode switches, in no figure above
@@ -243,10 +246,13 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_
     try:
         with _no_gc():
             new_gm = _optimize(gm, options, report, disjoint_outputs)
+            if options.verify and new_gm is not gm:
+                report.verified = verify.check(gm, new_gm, _fired_by_family(report, options), options.batch_random)
     except Exception as exc:  # noqa: BLE001 - any failure falls back to the unoptimized graph
         if options.strict or _strict_from_env():
             raise
         report.fallback = f"{type(exc).__name__}: {exc}"
+        report.verified = "failed" if isinstance(exc, verify.Mismatch) else report.verified
         # the figures describe the graph returned: a search may have priced one it then dropped
         report.kept, report.kept_reason = True, "the optimization failed"
         report.kernels_after, report.costs = report.kernels_before, _Unchanged(report.costs)
@@ -258,6 +264,16 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_
     log_debug("%s; %d FX nodes (%d opaque); %s", report.summary().removeprefix("optimus_egg: "), report.fx_nodes,
               report.opaque_nodes, report.timings())
     return new_gm, report
+
+
+def _fired_by_family(report: Report, options: Options) -> str:
+    """The rules that fired, those of modules of one's own first, each named with its module."""
+    builtin = set(rewrites.all_family_names()) | {"analysis"}
+    family = {r.name: f.name for f in rewrites.families(options.families) for r in f.rules}
+    fired = sorted(report.rules_fired.items(), key=lambda kv: -kv[1])
+    own = [f"{name} ({family[name]})×{n}" for name, n in fired if family.get(name, "analysis") not in builtin]
+    rest = [f"{name}×{n}" for name, n in fired if family.get(name, "analysis") in builtin]
+    return "; ".join(filter(None, (", ".join(own), rest and "built-in " + ", ".join(rest)))) or "none"
 
 
 @contextlib.contextmanager

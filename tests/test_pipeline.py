@@ -97,7 +97,7 @@ def test_unknown_option_and_family_are_clear_errors():
 @pytest.mark.parametrize("options", [{"max_iterations": "5"}, {"max_enodes": -1}, {"max_iterations": 1.5},
                                      {"max_seconds": float("nan")}, {"max_seconds": "1"}, {"ilp_seconds": -1.0},
                                      {"strict": "false"}, {"rewrite_backward": 0},
-                                     {"rewrite_backward": "on"}, {"families": [1]}])
+                                     {"rewrite_backward": "on"}, {"verify": "yes"}, {"families": [1]}])
 def test_bad_option_values_are_clear_errors(options):
     """A string budget once failed inside every compile (each graph falling back with a warning
     of its own), and ``strict="false"`` turned strict mode on."""
