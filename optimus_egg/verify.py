@@ -10,7 +10,9 @@ the built-in rules are tested the same way by the test suite and the fuzzer.
 
 Random inputs are drawn from each input's fake value: floats from a normal distribution, integers
 and booleans zero (an index that is always in range). Each graph runs on its own copy of the
-inputs under one seed, and what it returns and what it writes to its inputs are compared.
+inputs under one seed, and what it returns and what it writes to its inputs are compared. The
+random inputs are one more copy of every input, a model's parameters included (Dynamo passes them
+as inputs); an input the graph writes to is copied again for each run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
 from optimus_egg import optable
+from optimus_egg.frontend import mutated_storages
 
 #: (rtol, atol) per dtype: a batched matmul or a fused op may sum in another order.
 TOLERANCE = {torch.float16: (1e-2, 1e-2), torch.bfloat16: (2e-2, 2e-2)}
@@ -46,12 +49,15 @@ def _check(old: fx.GraphModule, new: fx.GraphModule, fired: str, batch_random: b
         return f"skipped: {inputs}"
     if batch_random and any(optable.draws_random(n) for n in old.graph.nodes):
         return "skipped: batch_random draws other masks"
+    placeholders = old.graph.find_nodes(op="placeholder")
+    storages = mutated_storages(old.graph)
+    written = {i for i, n in enumerate(placeholders) if optable.storage_key(optable.val(n)) in storages}
     try:
-        want = _run(old, inputs)
+        want = _run(old, inputs, written)
     except Exception as exc:  # noqa: BLE001 - e.g. an assert on data the random inputs break
         return f"skipped: the graph as written raised on random inputs ({type(exc).__name__}: {exc})"
     try:
-        got = _run(new, inputs)
+        got = _run(new, inputs, written)
     except Exception as exc:  # noqa: BLE001 - the rewritten graph fails where the original runs
         raise Mismatch(f"verify: the rewritten graph raised {type(exc).__name__}: {exc}; rules fired: {fired}") from exc
     for (what, a), (_, b) in zip(want, got):
@@ -90,15 +96,16 @@ def _tensor(v: torch.Tensor) -> torch.Tensor:
     return base.as_strided(v.shape, v.stride(), v.storage_offset())
 
 
-def _run(gm: fx.GraphModule, inputs: Sequence[Any]) -> list[tuple[str, Any]]:
-    """What ``gm`` returns and its inputs afterwards (a graph may write to them), each named."""
-    mine = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+def _run(gm: fx.GraphModule, inputs: Sequence[Any], written: set[int]) -> list[tuple[str, Any]]:
+    """What ``gm`` returns and the inputs it writes to (positions ``written``) afterwards, each
+    named. Only those are copied: the others (a model's parameters among them) are shared."""
+    mine = [x.clone() if i in written else x for i, x in enumerate(inputs)]
     devices = sorted({x.device.index or 0 for x in mine if isinstance(x, torch.Tensor) and x.is_cuda})
     with torch.random.fork_rng(devices=devices), torch.no_grad():
         torch.manual_seed(0)
         out = gm(*mine)
     results = [(f"output {i}", x) for i, x in enumerate(pytree.tree_leaves(out))]
-    return results + [(f"input {i} after the call", x) for i, x in enumerate(mine)]
+    return results + [(f"input {i} after the call", mine[i]) for i in sorted(written)]
 
 
 def _differs(a: Any, b: Any) -> str | None:
