@@ -273,6 +273,8 @@ def _fired_by_family(report: Report, options: Options) -> str:
     fired = sorted(report.rules_fired.items(), key=lambda kv: -kv[1])
     own = [f"{name} ({family[name]})×{n}" for name, n in fired if family.get(name, "analysis") not in builtin]
     rest = [f"{name}×{n}" for name, n in fired if family.get(name, "analysis") in builtin]
+    if len(rest) > 8:  # (a model fires dozens)
+        rest = [*rest[:8], f"{len(rest) - 8} more"]
     return "; ".join(filter(None, (", ".join(own), rest and "built-in " + ", ".join(rest)))) or "none"
 
 
