@@ -185,7 +185,7 @@ class Report:
     opaque_nodes: int = 0
     extractor: str = ""
     fallback: str | None = None  # why the graph was left unchanged
-    verified: str = ""  # with verify=True: "passed", or why nothing was compared ("skipped: ...")
+    verified: str = ""  # with verify=True: "passed", "failed", or why nothing was compared ("skipped: ...")
     kept: bool = False  # the input graph is returned as it was (kept_reason says why)
     kept_reason: str = ""
     zone_nodes: int = 0  # calls kept as written between mode switches, in no figure above
@@ -247,7 +247,9 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_
         with _no_gc():
             new_gm = _optimize(gm, options, report, disjoint_outputs)
             if options.verify and new_gm is not gm:
+                start = time.perf_counter()
                 report.verified = verify.check(gm, new_gm, _fired_by_family(report, options), options.batch_random)
+                report.seconds["verify"] = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001 - any failure falls back to the unoptimized graph
         if options.strict or _strict_from_env():
             raise
