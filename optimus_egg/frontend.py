@@ -51,16 +51,8 @@ class Translation:
 
 def mutated_storages(graph: fx.Graph) -> set[Any]:
     """Storages written to by some node: their readers and writers are pinned in order."""
-    written = set()
-    for node in graph.nodes:
-        if node.op in ("call_function", "call_method") and optable.is_inplace(node):
-            for arg in node.all_input_nodes:
-                key = storage_key(val(arg))
-                if key is not None:
-                    written.add(key)
-            key = storage_key(val(node))
-            if key is not None:
-                written.add(key)
+    written = {storage_key(val(arg)) for node in graph.nodes for arg in optable.written_arguments(node)}
+    written.discard(None)  # (an in-place call returns what it wrote: one of these)
     return written
 
 

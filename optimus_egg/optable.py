@@ -854,8 +854,47 @@ def aliases_input(node: fx.Node) -> bool:
     return out is not None and any(storage_key(val(i)) == out for i in node.all_input_nodes)
 
 
+#: Functions that write some of their tensor arguments when called a certain way, not in place
+#: of their result: a batch norm in training (or an instance norm on its input's statistics)
+#: updates the running statistics it is given; an embedding with ``max_norm`` renormalizes the
+#: rows it reads, in its weight. Each: the arguments written, and when, from the bound arguments.
+_WRITES_WHEN: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]]] = {
+    "batch_norm": (("running_mean", "running_var"), lambda b: b["training"]),
+    "instance_norm": (("running_mean", "running_var"), lambda b: b["use_input_stats"]),
+    "embedding": (("weight",), lambda b: b["max_norm"] is not None),
+    "embedding_bag": (("weight",), lambda b: b["max_norm"] is not None),
+}
+
+
+def written_arguments(node: fx.Node) -> list[fx.Node]:
+    """The inputs a call writes to: all of them for a call in place (:func:`is_inplace`), those
+    :data:`_WRITES_WHEN` names for a call that writes besides computing its result."""
+    if node.op not in ("call_function", "call_method"):
+        return []
+    if _writes_in_place(node):
+        return node.all_input_nodes
+    entry = _WRITES_WHEN.get(getattr(node.target, "__name__", "")) if node.op == "call_function" else None
+    if entry is None:
+        return []
+    names, when = entry
+    try:
+        bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
+        bound.apply_defaults()
+        written = when(bound.arguments)
+    except (TypeError, ValueError, KeyError):  # (a builtin's signature is unknown: as if it wrote all)
+        return node.all_input_nodes
+    if isinstance(written, fx.Node) or written:  # (a flag computed in the graph: it may be set)
+        return [a for n in names if isinstance(a := bound.arguments.get(n), fx.Node)]
+    return []
+
+
 def is_inplace(node: fx.Node) -> bool:
     """Does this call write to one of its arguments?"""
+    return _writes_in_place(node) or bool(written_arguments(node))
+
+
+def _writes_in_place(node: fx.Node) -> bool:
+    """Does this call write to one of its arguments, returning it (``add_``, ``out=``)?"""
     t = node.target
     if node.op == "call_method":
         return (t.endswith("_") and not t.startswith("__")) or t in (
@@ -865,6 +904,9 @@ def is_inplace(node: fx.Node) -> bool:
         return False
     if isinstance(t, torch._ops.OpOverload):
         return any(a.alias_info is not None and a.alias_info.is_write for a in t._schema.arguments)
+    if isinstance(t, torch._ops.OpOverloadPacket):  # (the overload is picked at the call: any that writes)
+        return any(a.alias_info is not None and a.alias_info.is_write
+                   for o in t.overloads() for a in getattr(t, o)._schema.arguments)
     if t in (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
              operator.ifloordiv, operator.ipow, operator.iand, operator.ior, operator.ixor,
              operator.ilshift, operator.irshift, operator.imatmul):

@@ -303,3 +303,22 @@ def test_pieces_of_a_tensor_split_at_decreasing_indices_are_not_read_as_a_tiling
     fn = lambda x: (x.tensor_split([4, 2], 1)[2].sum(1), torch.cat([p.relu() for p in x.split(3, 1)], 1))  # noqa: E731
     report, _ = check(fn, torch.randn(4, 6))
     assert report.kernels_after < report.kernels_before
+
+
+def test_calls_that_write_arguments_besides_their_result_name_them():
+    """The running statistics of a batch norm in training, an embedding's weight under
+    ``max_norm``; nothing in evaluation or without ``max_norm`` (pinning those would keep every
+    reader of a model's input in program order)."""
+    x, ids, w, rm, rv = torch.randn(8, 4), torch.arange(3), torch.randn(5, 4), torch.zeros(4), torch.ones(4)
+
+    def written(fn):
+        gm = capture(Fn(fn), (x, ids, w, rm.clone(), rv.clone()))
+        inputs = list(gm.graph.find_nodes(op="placeholder"))
+        [call] = [n for n in gm.graph.nodes if n.op == "call_function"]
+        return [inputs.index(a) for a in optable.written_arguments(call)], optable.is_inplace(call)
+
+    assert written(lambda x, i, w, m, v: F.batch_norm(x, m, v, training=True)) == ([3, 4], True)
+    assert written(lambda x, i, w, m, v: F.batch_norm(x, m, v)) == ([], False)
+    assert written(lambda x, i, w, m, v: F.embedding(i, w, max_norm=2.0)) == ([2], True)
+    assert written(lambda x, i, w, m, v: F.embedding(i, w)) == ([], False)
+    assert optable.is_inplace(torch.fx.Graph().call_function(torch.ops.aten.add_, ()))  # an overload packet
