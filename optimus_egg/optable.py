@@ -9,6 +9,7 @@ the original call exactly.
 from __future__ import annotations
 
 import enum
+import functools
 import inspect
 import operator
 from dataclasses import dataclass, field
@@ -873,9 +874,11 @@ def written_arguments(node: fx.Node) -> list[fx.Node]:
         return []
     if _writes_in_place(node):
         return node.all_input_nodes
-    entry = _WRITES_WHEN.get(getattr(node.target, "__name__", "")) if node.op == "call_function" else None
+    name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+    entry = _WRITES_WHEN.get(name)
     if entry is None:
-        return []
+        # a builtin whose ATen op writes an argument (fake quantization's observer statistics)
+        return node.all_input_nodes if _aten_writes(name) and not inspect.isfunction(node.target) else []
     names, when = entry
     try:
         bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
@@ -886,6 +889,17 @@ def written_arguments(node: fx.Node) -> list[fx.Node]:
     if isinstance(written, fx.Node) or written:  # (a flag computed in the graph: it may be set)
         return [a for n in names if isinstance(a := bound.arguments.get(n), fx.Node)]
     return []
+
+
+@functools.cache
+def _aten_writes(name: str) -> bool:
+    """Does an overload of ``aten::name``, other than an ``out=`` one, write to an argument?"""
+    packet = getattr(torch.ops.aten, name, None) if name and not name.startswith("_") else None
+    if not isinstance(packet, torch._ops.OpOverloadPacket):
+        return False
+    return any(a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only
+               and str(a.type) in ("Tensor", "Optional[Tensor]")  # (not TorchScript's list ops)
+               for o in packet.overloads() if "out" not in o for a in getattr(packet, o)._schema.arguments)
 
 
 def is_inplace(node: fx.Node) -> bool:

@@ -76,7 +76,15 @@ def _embedding(x, ids, w, rm, rv):
     return _cruft(y) * w.sum() + s
 
 
-@pytest.mark.parametrize("fn", [_batch_norm, _instance_norm, _embedding])
+def _fake_quant(x, ids, w, rm, rv):
+    """A builtin whose ATen op writes its observer's statistics (quantization-aware training)."""
+    s = rm.sum()
+    on, scale, zero = torch.ones(1, dtype=torch.long), torch.ones(1), torch.zeros(1, dtype=torch.int32)
+    y = torch.fused_moving_avg_obs_fake_quant(x, on, on, rm[:1], rv[:1], scale, zero, 0.5, 0, 255, -1)
+    return _cruft(y) * rm.sum() + s
+
+
+@pytest.mark.parametrize("fn", [_batch_norm, _instance_norm, _embedding, _fake_quant])
 def test_reads_around_a_call_that_writes_its_arguments_stay_apart(fn):
     """A batch norm in training updates its running statistics, an embedding with ``max_norm``
     renormalizes its weight: no name or flag says "in place". A read before the call and one
