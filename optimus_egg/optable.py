@@ -867,34 +867,73 @@ _WRITES_WHEN: dict[str, tuple[tuple[str, ...], Callable[[dict[str, Any]], Any]]]
 }
 
 
+#: ATen ops that update a batch norm's running statistics while their schemas declare no write
+#: (``native_batch_norm`` is what ``make_fx`` records for ``F.batch_norm`` in training).
+_UNDECLARED_WRITES = frozenset({"native_batch_norm", "batch_norm_update_stats", "_batch_norm_impl_index",
+                                "cudnn_batch_norm", "miopen_batch_norm"})
+
+
 def written_arguments(node: fx.Node) -> list[fx.Node]:
     """The inputs a call writes to: all of them for a call in place (:func:`is_inplace`), those
-    :data:`_WRITES_WHEN` names for a call that writes besides computing its result."""
+    :data:`_WRITES_WHEN` names for a call that writes besides computing its result, all of them
+    (and the tensors of its submodule) for a submodule that may write (:func:`_module_writes`)."""
+    if node.op == "call_module":
+        return _module_writes(node)
     if node.op not in ("call_function", "call_method"):
         return []
     if _writes_in_place(node):
         return node.all_input_nodes
-    name = getattr(node.target, "__name__", "") if node.op == "call_function" else ""
+    name = _op_name(node.target) if node.op == "call_function" else ""
     entry = _WRITES_WHEN.get(name)
-    if entry is None:
-        # a builtin whose ATen op writes an argument (fake quantization's observer statistics)
-        return node.all_input_nodes if _aten_writes(name) and not inspect.isfunction(node.target) else []
+    if entry is None or not inspect.isfunction(node.target):
+        # an ATen op, or a builtin whose ATen op, writes an argument (fake quantization's
+        # observer statistics) or updates running statistics undeclared: as if it wrote all
+        return node.all_input_nodes if name in _UNDECLARED_WRITES or _aten_writes(name) else []
     names, when = entry
     try:
         bound = inspect.signature(node.target).bind(*node.args, **node.kwargs)
         bound.apply_defaults()
         written = when(bound.arguments)
-    except (TypeError, ValueError, KeyError):  # (a builtin's signature is unknown: as if it wrote all)
+    except (TypeError, ValueError, KeyError):  # (arguments that do not bind: as if it wrote all)
         return node.all_input_nodes
     if isinstance(written, fx.Node) or written:  # (a flag computed in the graph: it may be set)
         return [a for n in names if isinstance(a := bound.arguments.get(n), fx.Node)]
     return []
 
 
+def _op_name(target: Any) -> str:
+    """``native_batch_norm`` for ``torch.native_batch_norm``, ``aten.native_batch_norm`` and its
+    overloads alike."""
+    if isinstance(target, torch._ops.OpOverload):
+        return target._schema.name.split("::")[-1]
+    if isinstance(target, torch._ops.OpOverloadPacket):
+        return target._qualified_op_name.split("::")[-1]
+    return getattr(target, "__name__", "")
+
+
+def _module_writes(node: fx.Node) -> list[fx.Node]:
+    """What a submodule call (``fx.symbolic_trace`` keeps ``torch.nn`` modules whole) may write:
+    nothing for a ``torch.nn`` module that has no in-place flag, ``max_norm`` or running
+    statistics it updates; otherwise its inputs and every tensor of it the graph reads."""
+    root = node.graph.owning_module
+    try:
+        mod = root.get_submodule(node.target) if root is not None else None
+    except AttributeError:
+        mod = None
+    pure = (mod is not None and type(mod).__module__.startswith("torch.nn.modules")
+            and not getattr(mod, "inplace", False) and getattr(mod, "max_norm", None) is None
+            and not (getattr(mod, "track_running_stats", False) and mod.training))
+    if pure:
+        return []
+    prefix = f"{node.target}."
+    held = [n for n in node.graph.find_nodes(op="get_attr") if n.target.startswith(prefix)]
+    return [*node.all_input_nodes, *held]
+
+
 @functools.cache
 def _aten_writes(name: str) -> bool:
     """Does an overload of ``aten::name``, other than an ``out=`` one, write to an argument?"""
-    packet = getattr(torch.ops.aten, name, None) if name and not name.startswith("_") else None
+    packet = getattr(torch.ops.aten, name, None) if name else None
     if not isinstance(packet, torch._ops.OpOverloadPacket):
         return False
     return any(a.alias_info is not None and a.alias_info.is_write and not a.kwarg_only
