@@ -50,9 +50,10 @@ class Translation:
 
 
 def mutated_storages(graph: fx.Graph) -> set[Any]:
-    """Storages written to by some node: their readers and writers are pinned in order."""
+    """Storages written to by some node: their readers and writers are pinned in order. (An
+    in-place call returns one of the arguments it writes: its result adds no storage.)"""
     written = {storage_key(val(arg)) for node in graph.nodes for arg in optable.written_arguments(node)}
-    written.discard(None)  # (an in-place call returns what it wrote: one of these)
+    written.discard(None)
     return written
 
 
