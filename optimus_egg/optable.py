@@ -941,6 +941,20 @@ def _aten_writes(name: str) -> bool:
                for o in packet.overloads() if "out" not in o for a in getattr(packet, o)._schema.arguments)
 
 
+#: Calls whose result depends on how their input is laid out in memory, not only on its values.
+_LAYOUT_READERS = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
+
+
+def reads_layout(node: fx.Node) -> bool:
+    """Does this call read the memory layout of a tensor the graph computes (``as_strided`` of
+    anything but an input)? A rewrite may compute that tensor with other strides."""
+    if node.op not in ("call_function", "call_method"):
+        return False
+    name = node.target if node.op == "call_method" else _op_name(node.target)
+    source = node.args[0] if node.args else node.kwargs.get("input", node.kwargs.get("self"))
+    return name in _LAYOUT_READERS and isinstance(source, fx.Node) and source.op not in ("placeholder", "get_attr")
+
+
 def is_inplace(node: fx.Node) -> bool:
     """Does this call write to one of its arguments?"""
     return _writes_in_place(node) or bool(written_arguments(node))

@@ -304,6 +304,11 @@ def _optimize(gm: fx.GraphModule, options: Options, report: Report, disjoint_out
         clock = now
 
     fake_values.alias_identity_dropouts(gm.graph)
+    layout = next((n for n in gm.graph.nodes if optable.reads_layout(n)), None)
+    if layout is not None:
+        # A rewrite keeps values, not strides: relu(x) for cat(relu(pieces of x)) is x's layout
+        report.kept, report.kept_reason = True, f"{layout.name} reads the memory layout of a computed tensor"
+        return gm
     switch = next((n for n in gm.graph.nodes if optable.switches_mode(n)), None)
     if switch is not None:
         # Rules and the emitter move calls freely: across the switch, one would compute under

@@ -135,8 +135,10 @@ RULES = [
                               ("layer_norm", "norm-key", "batch_layernorm"))),
     *(D(f"call{len(vs)}", (f"(= t (Op k {args(*vs)}))",), (f"(call{len(vs)} t k {' '.join(vs)})",), stage="seed",
         covers="batch_linear/batch_layernorm") for vs in (("x",), ("x", "w"), ("x", "w", "b"))),
-    D("linear-member", ("(call3 a k x w b)", "(linear-key k)",
-                        "(= dt (dtype w))", "(= dt (dtype b))", "(= 0 (output a))", "(= i (pos a))"),
+    # (a bias of one element, or none of rank 1, broadcasts: no slice of a concatenated bias)
+    D("linear-member", ("(call3 a k x w b)", "(linear-key k)", "(= dt (dtype w))", "(= dt (dtype b))",
+                        "(= 2 (rank w))", "(= 1 (rank b))", "(= o (size w 0))", "(= o (size b 0))",
+                        "(= 0 (output a))", "(= i (pos a))"),
       ("(lin-member k x i a w b)",), stage="seed", covers="batch_linear_lhs"),
     D("linear-group-ends", A, ("(set (lin-first k x) i)", "(set (lin-last k x) i)"),
       stage="seed", covers="batch_linear_lhs"),
@@ -302,8 +304,8 @@ RULES += [
     # piece, normalized, times its own weight plus its own bias (the stacks hold the member that
     # owns each start: tn-member keeps one per start, and only that one is rewritten)
     D("tiled-norm-as-select-of-addcmul",
-      (*TILE, "(= a (tn-member s x st))", "(= ws (tn-ws s x 0))", "(= bs (tn-bs s x 0))", "(= W (size x 1))",
-       "(= g (/ W d))", "(> g 1)"),
+      (*TILE, "(= 0 (% st d))", "(= a (tn-member s x st))", "(= ws (tn-ws s x 0))", "(= bs (tn-bs s x 0))",
+       "(= W (size x 1))", "(= g (/ W d))", "(> g 1)"),
       (f"(let r {FUSED})", "(union a (Squeeze (Sl r 1 (/ st d) 1) 1))", "(set (rank r) 3)", "(set (size r 0) n)",
        "(set (size r 1) g)", "(set (size r 2) d)", "(set (dtype r) dt)"),
       stage="seed", covers="batch_layernorm"),
@@ -327,6 +329,7 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
     """The rules for linears of ``form`` (1: with bias, 0: without)."""
     sig = f"(= s (Batch k h n i o dt {form}))"
     tile = ("(= s (bl-sig a))", sig, "(= xa (bl-x a))", "(= xa (Sl x 1 st i))")
+    on_tile = "(= 0 (% st i))"  # (a window that starts inside a tile is no select of the tiled result)
 
     def weights(member: str) -> tuple[str, ...]:
         """``member``'s weight is ``w`` (and its bias ``b``)."""
@@ -354,8 +357,8 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
         # pass then builds a relu of the members on y itself, not on a flattened y that Inductor
         # schedules worse in the backward; test_towers_of_two_layers_batch_each_layer_apart.)
         D(f"tiled-linear-as-select{suffix}",
-          (*tile, "(= a (tl-member s x st))", *(f"(= {v} (tl-{v} s x 0))" for v in lists), "(= W (size x 1))",
-           "(= g (/ W i))", "(> g 1)", "(> n 1)"),
+          (*tile, on_tile, "(= a (tl-member s x st))", *(f"(= {v} (tl-{v} s x 0))" for v in lists),
+           "(= W (size x 1))", "(= g (/ W i))", "(> g 1)", "(> n 1)"),
           (f"(let y {TILED_Y[form]})", f"(let r {TILED_BACK})", "(union a (Squeeze (Sl y 0 (/ st i) 1) 0))",
            "(union a (Squeeze (Sl r 1 (/ st i) 1) 1))", *shape("y", "gno"), *shape("r", "ngo")),
           stage="seed", covers="batch_linear"),
@@ -369,7 +372,7 @@ def tiled_linear(form: int, suffix: str) -> list[Derive]:
           ("(tl-shared s x e)", "(tile-before s x e st)", *piece, "(= c (tl-member s x e))", *weights("c")),
           ("(tl-shared s x st)",), stage="seed", covers="new"),
         D(f"tiled-linear-as-select-of-shared{suffix}",
-          (*tile, "(tl-shared s x 0)", *piece, "(= W (size x 1))", "(= g (/ W i))", "(> g 1)"),
+          (*tile, on_tile, "(tl-shared s x 0)", *piece, "(= W (size x 1))", "(= g (/ W i))", "(> g 1)"),
           (f"(let y {whole})", "(union a (Squeeze (Sl y 1 (/ st i) 1) 1))", *shape("y", "ngo")),
           stage="seed", covers="new"),
     ]

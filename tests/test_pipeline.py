@@ -362,3 +362,18 @@ def test_output_sizes_equal_under_the_guards_pass_the_output_check():
     real = [2 if isinstance(a, torch.SymInt) else torch.randn(2, 2, 9) if a.dim() == 3 else w if a.dim() == 2 else b
             for a in args]
     torch.testing.assert_close(new(*real), gm(*real))
+
+
+def test_a_graph_that_reads_the_layout_of_a_computed_tensor_is_kept():
+    """``relu(x)`` for ``cat(relu(pieces of x))`` has the values, not the strides: an
+    ``as_strided`` of it read other elements (found in review). An input's layout is the caller's."""
+    x = torch.randn(6, 4).t()
+
+    def f(x):
+        return torch.cat([p.relu() for p in x.split(2, 1)], 1).as_strided((6, 4), (4, 1))
+
+    gm, report = optimize(Fn(f), (x,))
+    assert report.kept and "reads the memory layout" in report.kept_reason
+    assert torch.equal(gm(x), f(x))
+    _, report = optimize(Fn(lambda x: torch.cat([p.relu() for p in x.split(2, 1)], 1) + x.as_strided((4, 6), (1, 4))), (x,))
+    assert not report.kept

@@ -3,6 +3,7 @@ after on random inputs, and the cases each rule must leave alone."""
 
 import operator
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -600,3 +601,33 @@ def test_matmuls_that_read_each_other_or_differ_are_not_batched():
     assert "batch-mm-as-select-of-bmm" not in report.rules_fired
     _, report = _optimized(mixed, (torch.randn(6, 3), torch.randn(6, 4), *GRADS))
     assert report.rules_fired.get("batch-mm-as-select-of-bmm", 0) == 2  # the two [5, 6] @ [6, 3]
+
+
+class Windows(nn.Module):
+    """One module (``shared``) or one each on windows of ``x`` of its width that may overlap."""
+
+    def __init__(self, starts: list[int], make, shared: bool) -> None:
+        super().__init__()
+        one = make()
+        self.mods = nn.ModuleList(one if shared else make() for _ in starts)
+        self.starts = starts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m(x[:, s:s + 2]) for m, s in zip(self.mods, self.starts)], 1)
+
+
+@pytest.mark.parametrize("make", [lambda: nn.Linear(2, 3), lambda: nn.Linear(2, 3, bias=False), lambda: nn.LayerNorm(2)])
+@pytest.mark.parametrize("starts, shared, cost_model", [([0, 1, 2], True, "eager"), ([0, 2, 4, 6, 1], False, "memory"),
+                                                        ([0, 2, 4, 6, 5, 1], True, "eager")])
+def test_windows_that_start_inside_a_tile_are_no_select_of_the_tiled_result(make, starts, shared, cost_model):
+    """Windows at 0, 2, 4, 6 tile x; one at 1 overlaps two tiles and was taken for the select at
+    1 // 2 = 0 of the tiled linear or norm (a wrong answer, found in review): it keeps its own."""
+    torch.manual_seed(0)
+    check(Windows(starts, make, shared), torch.randn(5, 8), cost_model=cost_model)
+
+
+def test_linears_on_one_input_with_a_broadcasting_bias_are_left_alone():
+    """A bias of one element broadcasts: a concatenated bias would be too short (it crashed)."""
+    w1, w2, b1, b2 = torch.randn(2, 6), torch.randn(3, 6), torch.randn(1), torch.randn(3)
+    report, _ = check(lambda x: torch.cat([F.linear(x, w1, b1), F.linear(x, w2, b2)], 1) * 2, torch.randn(4, 6))
+    assert "linear-as-slice-of-fused" not in report.rules_fired
