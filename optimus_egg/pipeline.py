@@ -619,12 +619,15 @@ def optimize(model: torch.nn.Module | fx.GraphModule, example_inputs: Sequence[A
     gm = capture(model, example_inputs)
     new_gm, report = optimize_graph(gm, opts)
     if new_gm is not model:
-        _refuse_others(new_gm, _specialized(example_inputs, gm.graph))
+        # (a graph that switches grad mode sets it back to the mode it was captured in, not the caller's)
+        grad = torch.is_grad_enabled() if any(optable.switches_mode(n) for n in new_gm.graph.nodes) else None
+        _refuse_others(new_gm, (*_specialized(example_inputs, gm.graph), grad))
     return new_gm, report
 
 
-def _refuse_others(gm: fx.GraphModule, expected: tuple[Any, list[Any]]) -> None:
-    """``gm`` refuses arguments other than ``expected``, and so do its deep copies: a
+def _refuse_others(gm: fx.GraphModule, expected: tuple[Any, list[Any], bool | None]) -> None:
+    """``gm`` refuses arguments other than ``expected`` (and, where it switches grad mode, a
+    grad mode other than the one it was captured in), and so do its deep copies: a
     GraphModule's deepcopy drops forward hooks (one ``copy.deepcopy(gm)`` silently took any
     shape again), but runs its deepcopy hooks, which are copied along."""
     gm.register_forward_pre_hook(functools.partial(_check_inputs, expected))
@@ -632,7 +635,7 @@ def _refuse_others(gm: fx.GraphModule, expected: tuple[Any, list[Any]]) -> None:
         gm._register_deepcopy_hook(functools.partial(_refuse_again, expected))
 
 
-def _refuse_again(expected: tuple[Any, list[Any]], copy: fx.GraphModule) -> None:
+def _refuse_again(expected: tuple[Any, list[Any], bool | None], copy: fx.GraphModule) -> None:
     copy.register_forward_pre_hook(functools.partial(_check_inputs, expected))
 
 
@@ -672,8 +675,14 @@ def _specialized(inputs: Sequence[Any], graph: fx.Graph | None = None) -> tuple[
     return spec, out
 
 
-def _check_inputs(expected: tuple[Any, list[Any]], module: torch.nn.Module, args: tuple[Any, ...]) -> None:
-    (spec, want), (got_spec, got) = expected, _specialized(args)
+def _check_inputs(expected: tuple[Any, list[Any], bool | None], module: torch.nn.Module, args: tuple[Any, ...]
+                  ) -> None:
+    (spec, want, grad), (got_spec, got) = expected, _specialized(args)
+    if grad is not None and torch.is_grad_enabled() != grad:
+        # (its _set_grad_enabled(True) after a no_grad region left grad mode on in the caller's no_grad)
+        raise ValueError(f"optimus_egg: this graph switches grad mode and was optimized with grad mode "
+                         f"{'on' if grad else 'off'}; it would leave grad mode {'on' if grad else 'off'} here: "
+                         f"optimize it again in this mode")
     if got_spec != spec:
         raise ValueError(f"optimus_egg: this graph was optimized for arguments structured as {spec}, got "
                          f"{got_spec}: optimize it again for these")

@@ -377,3 +377,28 @@ def test_a_graph_that_reads_the_layout_of_a_computed_tensor_is_kept():
     assert torch.equal(gm(x), f(x))
     _, report = optimize(Fn(lambda x: torch.cat([p.relu() for p in x.split(2, 1)], 1) + x.as_strided((4, 6), (1, 4))), (x,))
     assert not report.kept
+
+
+def test_a_graph_that_switches_grad_mode_refuses_another_mode():
+    """Capture writes a ``no_grad`` region as ``_set_grad_enabled(False)`` ... ``(True)``: called
+    under the caller's ``no_grad``, it turned grad mode back on for the rest of the caller's block,
+    and its output required grad (found in review)."""
+
+    def f(x):
+        with torch.no_grad():
+            c = x * 2
+        return c + torch.cat([p.relu() for p in x.split(4, 1)], 1)
+
+    x = torch.randn(4, 8, requires_grad=True)
+    gm, _ = optimize(Fn(f), (x,))
+    assert torch.equal(gm(x), f(x)) and torch.is_grad_enabled()
+    with torch.no_grad():
+        with pytest.raises(ValueError, match="switches grad mode"):
+            gm(x)
+        assert not torch.is_grad_enabled()
+    with torch.no_grad():
+        gm_off, _ = optimize(Fn(f), (x,))
+        assert not gm_off(x).requires_grad and not torch.is_grad_enabled()
+    plain, _ = optimize(Fn(lambda x: torch.cat([p.relu() for p in x.split(4, 1)], 1)), (x,))
+    with torch.no_grad():
+        assert not plain(x).requires_grad  # a graph that switches nothing follows the caller's mode
