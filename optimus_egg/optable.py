@@ -874,15 +874,19 @@ _UNDECLARED_WRITES = frozenset({"native_batch_norm", "batch_norm_update_stats", 
 
 
 def written_arguments(node: fx.Node) -> list[fx.Node]:
-    """The inputs a call writes to: all of them for a call in place (:func:`is_inplace`), those
-    :data:`_WRITES_WHEN` names for a call that writes besides computing its result, all of them
-    (and the tensors of its submodule) for a submodule that may write (:func:`_module_writes`)."""
+    """The inputs a call writes to: all of them for a call in place (:func:`is_inplace`), else
+    what it writes besides computing its result (:func:`_written_besides`)."""
+    return node.all_input_nodes if _writes_in_place(node) else _written_besides(node)
+
+
+def _written_besides(node: fx.Node) -> list[fx.Node]:
+    """The inputs a call that is not in place writes to: those :data:`_WRITES_WHEN` names, all
+    of them for an ATen op (or a builtin's) that writes one, all of them (and the tensors of its
+    submodule) for a submodule that may write (:func:`_module_writes`)."""
     if node.op == "call_module":
         return _module_writes(node)
     if node.op not in ("call_function", "call_method"):
         return []
-    if _writes_in_place(node):
-        return node.all_input_nodes
     name = _op_name(node.target) if node.op == "call_function" else ""
     entry = _WRITES_WHEN.get(name)
     if entry is None or not inspect.isfunction(node.target):
@@ -957,7 +961,7 @@ def reads_layout(node: fx.Node) -> bool:
 
 def is_inplace(node: fx.Node) -> bool:
     """Does this call write to one of its arguments?"""
-    return _writes_in_place(node) or bool(written_arguments(node))
+    return _writes_in_place(node) or bool(_written_besides(node))
 
 
 def _writes_in_place(node: fx.Node) -> bool:
