@@ -73,7 +73,7 @@ class Written:
     """Relations read off the graph as the program wrote it, computed in Python with the rows.
 
     For facts a seed rule could derive only by walking the graph one step per round (the cell
-    of a 600-piece list that a slice reads), where one pass over the terms finds them all.
+    of a long list that a slice reads), where one pass over the terms finds them all.
     ``relations``: name → column sorts (``T``, ``TList``, ``i64``, ``String``), declared for the
     family's rules; ``rows(terms, shapes)``: every term of the graph in ``pos`` order (operands
     first), and the static shape of the terms that have one (a ``None`` per symbolic size) →
@@ -197,7 +197,7 @@ def _user_module(name: str) -> ModuleType:
 def user_code_error(what: str, exc: BaseException) -> ValueError:
     """An error raised by the user's own code (a rule module's syntax error, a failing import,
     a model factory's bug) as one line that says whose it is and the line it came from: raised
-    bare, it read as the optimizer's."""
+    bare, it would read as the optimizer's."""
     import optimus_egg
 
     ours = {Path(__file__).parent, Path(optimus_egg.__file__).parent}

@@ -29,10 +29,9 @@ RULES = [
          ("(= m (size x d))", "(= m (size y d))", WIDENS), stage="expand"),
     # unary-list l f = m: the list l is f applied to each piece of m, dtypes unchanged. A fact
     # derived one cell at a time: in the analysis stage, so that a list of n pieces takes no
-    # rounds (as a simplify rule, one round per cell: a cat of 200 relu'd pieces spent the 100
-    # rounds and kept its 201 launches). The fact found last round comes first in the query:
-    # egglog's join follows the order written, and the cell first cost 2.6x (0.144 vs 0.055 s
-    # over the 200 cells of 200 towers; 0.079 vs 0.049 s on the 300-block chain).
+    # rounds (as a simplify rule it would take one round per cell). The fact found last round
+    # comes first in the query: egglog's join follows the order written, and starting from the
+    # list cell is slower.
     Derive("unary-list-last", ("(= l (Cons (Unary f a) (Nil) d))", "(= k (dtype a))",
                                "(= k (dtype (Unary f a)))"),
            ("(set (unary-list l f) (Cons a (Nil) d))",), stage="analysis"),
@@ -55,11 +54,10 @@ RULES = [
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
     # A stack is a cat of unsqueezed pieces: moving the op inside the unsqueeze lets it out of the
     # cat. A Binary's operands have its shape, so both take the new dim in one place. The ops move
-    # down a chain at once, as the program is read (seed). Moved one expand round per op, eight
-    # stacked chains of 10 unary ops spent the iteration budget (81 → 25 eager launches; 11 as
-    # seed rules), and of 40 binary ops 481 → 376 (60 as seed rules). A dropout that draws (option batch_random,
-    # optimus_egg.draws) is a Binary of its input and its random numbers: stacked dropouts are one
-    # dropout of the stack.
+    # down a chain at once, as the program is read (seed): moved one expand round per op, a long
+    # chain would spend the iteration budget before it is out of the stack. A dropout that draws
+    # (option batch_random, optimus_egg.draws) is a Binary of its input and its random numbers:
+    # stacked dropouts are one dropout of the stack.
     Rule("unary-into-unsqueeze", "(Unsqueeze (Unary f x) d)", "(Unary f (Unsqueeze x d))", stage="seed",
          covers="batch_relu/tanh/sigmoid/..."),
     Rule("binary-into-unsqueeze", "(Unsqueeze (Binary f x y) d)", "(Binary f (Unsqueeze x d) (Unsqueeze y d))",

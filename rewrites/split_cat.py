@@ -55,10 +55,9 @@ RULES = [
     # run l m x d s n c: the c list cells from l up to m (c a power of two) are slices of x along
     # d, each next to the one before, together [s, s+n). Runs double (two runs of c cells that
     # meet make one of 2c), so every run of a list is covered by log2(n) of them, found in log2(n)
-    # rounds with n log n rows (a chain of neighbouring pairs took two rounds per piece: an
-    # unbind/stack of 64 pieces overran 100 rounds).
+    # rounds with n log n rows (a chain of neighbouring pairs would take two rounds per piece).
     # Empty pieces never start a run: x = cat([x, empty]) puts x inside a cat of itself, and
-    # cat-of-cat then unrolls it into ever longer lists (the e-graph blows up; found by the fuzzer).
+    # cat-of-cat would then unroll it into ever longer lists without end.
     Derive("slice-cell", ("(= l (Cons p m d))", "(= p (Sl x d s a))", "(> a 0)"), ("(run l m x d s a 1)",)),
     Derive("adjacent-slices", ("(run l m x d s a c)", "(run m k x d s2 b c)", "(= s2 (+ s a))"),
            ("(run l k x d s (+ a b) (* 2 c))",)),
@@ -66,8 +65,7 @@ RULES = [
     # program wrote it, at a slice after a cell that is not its neighbour (run-start, WRITTEN).
     # A cat costs one kernel whatever its length, so merging at every cell would only build a
     # list form per sub-run; and cells that become slices later (relu(p[i]) once relu moves out
-    # of the slices) start no run, or every cell of such a list would (that doubled the chain
-    # benchmark's e-graph).
+    # of the slices) start no run, or every cell of such a list would.
     Derive("run-start-head", ("(= t (Cat l))",), ("(run-start l)",)),
     # prefix l m x d s n: the list l is x[s:s+n] along d followed by the list m. It grows by
     # whole runs (log2(n) rounds), and its merged forms start no prefix of their own.
@@ -79,9 +77,9 @@ RULES = [
     # A cat inside a cat along the same dim is its pieces in place (lists along a dim are the
     # contents of a cat; argument lists use dim -1 and never match). app l r is the list l then
     # r, derived for the pairs a cat in a cat asks for (app-wanted) in the analysis stage: a
-    # whole list at once, where appending as a rewrite moved one cell per round (a cat of 200
-    # inputs inside a cat spent the 100 rounds and stayed two cats). A function, one value per
-    # pair: a list class holding a cons of itself gets one (see pointwise's unary-list).
+    # whole list at once, where appending as a rewrite would move one cell per round. A function,
+    # one value per pair: a list class holding a cons of itself gets one (see pointwise's
+    # unary-list).
     Derive("app-wanted", ("(= c (Cons (Cat l) r d))", "(= l (Cons h t d))", "(>= d 0)"), ("(app-wanted l r)",),
            stage="analysis"),
     Derive("app-wanted-tail", ("(app-wanted l r)", "(= l (Cons a t d))"), ("(app-wanted t r)",), stage="analysis"),
@@ -93,11 +91,11 @@ RULES = [
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),
     # A slice of a cat the program wrote is a piece, or part of one: slice-in (WRITTEN) names the
-    # piece it begins in, found by walking the list as written (in egglog, one cell or one
-    # doubling span per round, that walk was nearly half of saturation on the chain benchmark).
+    # piece it begins in, found by walking the list as written in Python (in egglog, that walk
+    # would take one cell or one doubling span per round).
     # Empty slices have no slice-in: at the border of two pieces one is an empty slice of each,
     # so relu(a)[1:1] = b[0:0] = (relu(b)[0:0] after relu moves out) makes relu(e) = e, and
-    # unary-out-of-slice then builds relu(relu(...)) without end (fuzzer seed 909).
+    # unary-out-of-slice would then build relu(relu(...)) without end.
     Derive("slice-in-piece", ("(slice-in t l a d 0 n)", "(= n (size a d))"), ("(union t a)",),
            covers="split_cat_pass"),
     Derive("slice-in-sliced-piece", ("(slice-in t l a d s n)", "(= a (Sl x d u w))", "(<= (+ s n) w)"),
