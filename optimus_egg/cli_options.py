@@ -19,8 +19,8 @@ _FLAGS = {"families": "families", "max_iterations": "max_iterations", "max_enode
 
 
 def positive_int(text: str) -> int:
-    """argparse type for counts: 0 repeats made ``tune`` fail after the timing (``min()`` of
-    nothing), and ``bench --reps 0`` ran its default 10 rounds."""
+    """argparse type for counts, refused before any work: 0 repeats would make ``tune`` fail
+    after the timing (``min()`` of nothing), and ``bench --reps 0`` run its default rounds."""
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"want a positive integer, got {text!r}")
     return int(text)

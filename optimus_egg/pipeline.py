@@ -120,7 +120,7 @@ def optimize_graph(gm: fx.GraphModule, options: Options | None = None, disjoint_
                       OptimizerFallback, stacklevel=2)
         log.warning("optimization failed, using the unoptimized graph (%s)", report.fallback)
         return gm, report
-    # (a record is shown with the logger's name: the summary's own prefix printed it twice)
+    # (a record is shown with the logger's name: the summary's own prefix would repeat it)
     log_debug("%s; %d FX nodes (%d opaque); %s", report.summary().removeprefix("optimus_egg: "), report.fx_nodes,
               report.opaque_nodes, report.timings())
     return new_gm, report
