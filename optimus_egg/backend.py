@@ -49,7 +49,7 @@ class BackwardPass(CustomGraphPass):
     """The rules on a post-grad backward graph (ATen), in place. Its outputs are gradients, so
     they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``).
     A forward graph is what the Dynamo-level rewrite already produced: only its stacks of
-    weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`).
+    weights that matmuls read are written as scatters (:func:`optimus_egg.cleanup.scatter_input_stacks`).
     Under ``rewrite_backward="auto"`` (the default) a CPU backward is rewritten without the
     ``horizontal`` family, whose rules there batch the weight gradients (see :func:`_for_backward`).
     """
@@ -99,7 +99,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
 
 
 def _scatter_input_stacks(graph: fx.Graph) -> None:
-    """:func:`optimus_egg.emit.scatter_input_stacks` on a post-grad graph, each new call given
+    """:func:`optimus_egg.cleanup.scatter_input_stacks` on a post-grad graph, each new call given
     its fake value."""
     if scatter_input_stacks(graph):
         propagate(graph, graph.owning_module)
