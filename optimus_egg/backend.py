@@ -4,7 +4,7 @@ The rewrite runs on Dynamo's torch-level graph, before AOTAutograd: autograd the
 backward of the clean forward, so training loses the cruft on both passes. What autograd writes
 that no forward rewrite reaches (the weight gradients of parallel or chained linears, one ``mm``
 each) is rewritten once more in the backward graph, at Inductor's post-grad hook
-(:class:`BackwardPass`; see shared/reference/inductor-hooks.md). Mutation is handled by the
+(:class:`BackwardPass`, Inductor's ``post_grad_custom_post_pass``). Mutation is handled by the
 frontend's effect chain, and every node carries Dynamo's fake ``example_value``.
 """
 
@@ -24,9 +24,11 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 from optimus_egg import rewrites
 from optimus_egg.extract.select import input_device
 from optimus_egg.extract.tune import load_profile
-from optimus_egg.emit import scatter_input_stacks
+from optimus_egg.cleanup import scatter_input_stacks
 from optimus_egg.fake_values import call_key, propagate
-from optimus_egg.pipeline import Options, Report, optimize_graph
+from optimus_egg.options import Options
+from optimus_egg.pipeline import optimize_graph
+from optimus_egg.report import Report
 
 #: Reports of the most recent graphs this backend optimized, newest last: Dynamo's graphs, and
 #: (:class:`BackwardPass`) the backward graphs Inductor derived from them.
@@ -36,10 +38,10 @@ BACKWARD_REPORTS: deque[Report] = deque(maxlen=64)
 #: AOTAutograd config for every graph this backend compiles. A backward may reuse the memory of a
 #: tensor the forward saved for it (a "donated buffer"); torch 2.13 (to 2.15) donates a saved
 #: tensor that shares storage with no input or output of either graph, but does not check it
-#: against the other saved tensors. A forward that saves a tensor and views of it (the softmax
-#: weights and their ``split`` pieces in the zoo's sequence model, rewritten or written so by hand)
-#: then gets a backward that overwrites the tensor while it still reads the views: gradients 0.06
-#: off on CPU, exact under ``aot_eager``. Off, such a backward allocates its own buffers instead.
+#: against the other saved tensors. A forward that saves a tensor and views of it (softmax
+#: weights and their ``split`` pieces, rewritten or written so by hand) then gets a backward that
+#: overwrites the tensor while it still reads the views: wrong gradients. Off, such a backward
+#: allocates its own buffers instead.
 AOT_CONFIG: dict[str, Any] = {"donated_buffer": False}
 
 
@@ -47,7 +49,7 @@ class BackwardPass(CustomGraphPass):
     """The rules on a post-grad backward graph (ATen), in place. Its outputs are gradients, so
     they may become disjoint views of one tensor (``optimize_graph(disjoint_outputs=True)``).
     A forward graph is what the Dynamo-level rewrite already produced: only its stacks of
-    weights that matmuls read are written as scatters (:func:`optimus_egg.emit.scatter_input_stacks`).
+    weights that matmuls read are written as scatters (:func:`optimus_egg.cleanup.scatter_input_stacks`).
     Under ``rewrite_backward="auto"`` (the default) a CPU backward is rewritten without the
     ``horizontal`` family, whose rules there batch the weight gradients (see :func:`_for_backward`).
     """
@@ -84,11 +86,9 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
 
     ``rewrite_backward="auto"`` drops the ``horizontal`` family where no graph input is on a GPU.
     On a backward its rules batch the weight gradients, which saves launches where each costs
-    microseconds; on CPU, where a launch is a function call, the batch cost a C++ kernel, a
-    slower step and a slower compile (the 100-block chain: 1.04× the twin's step and 1.59× its
-    cold training compile, against 0.98× and 1.39×). The other families' rewrites of a backward
-    pay on both (the zoo's sequence model: 80 kernel objects with its backward as autograd wrote
-    it, 71 rewritten)."""
+    microseconds; on CPU, where a launch is a function call, the batch costs a C++ kernel, a
+    slower step and a slower compile. The other families' rewrites of a backward pay on both
+    (BENCHMARKS.md)."""
     if not options.rewrite_backward:
         return None
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
@@ -99,7 +99,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
 
 
 def _scatter_input_stacks(graph: fx.Graph) -> None:
-    """:func:`optimus_egg.emit.scatter_input_stacks` on a post-grad graph, each new call given
+    """:func:`optimus_egg.cleanup.scatter_input_stacks` on a post-grad graph, each new call given
     its fake value."""
     if scatter_input_stacks(graph):
         propagate(graph, graph.owning_module)
@@ -134,14 +134,14 @@ def _replace(graph: fx.Graph, new: fx.Graph) -> None:
 
     A call of ``new`` that is a call of ``graph`` (the same op on the same nodes and literals) is
     that node, moved, not a copy: Inductor's fake-tensor updater re-runs every node it has not
-    seen after the post-grad passes, so a graph copied whole was fake-run once more (~40 ms on
-    the 100-block chain's backward); and the node keeps AOTAutograd's metadata."""
+    seen after the post-grad passes, so a graph copied whole would be fake-run once more; and
+    the node keeps AOTAutograd's metadata."""
     olds = [n for n in graph.nodes if n.op in ("placeholder", "get_attr")]
     news = [n for n in new.nodes if n.op in ("placeholder", "get_attr")]
     env = dict(zip(news, olds))
     calls: dict[Any, list[fx.Node]] = {}
     for n in reversed(graph.nodes):  # each list in graph order from its end: pop() takes the first
-        if n.op == "call_function" and (key := call_key(n.op, n.target, n.args, n.kwargs, _same)) is not None:
+        if n.op == "call_function" and (key := call_key(n.op, n.target, n.args, n.kwargs, _itself)) is not None:
             calls.setdefault(key, []).append(n)
     output = next(iter(graph.find_nodes(op="output")))
     placed: set[fx.Node] = set()
@@ -150,7 +150,7 @@ def _replace(graph: fx.Graph, new: fx.Graph) -> None:
             output.args = fx.node.map_arg(n.args, env.__getitem__)
         elif n not in env:
             args, kwargs = fx.node.map_arg((n.args, n.kwargs), env.__getitem__)
-            same = calls.get(call_key(n.op, n.target, args, kwargs, _same)) if n.op == "call_function" else None
+            same = calls.get(call_key(n.op, n.target, args, kwargs, _itself)) if n.op == "call_function" else None
             if same:
                 env[n] = same.pop()
                 output.prepend(env[n])
@@ -163,7 +163,8 @@ def _replace(graph: fx.Graph, new: fx.Graph) -> None:
             graph.erase_node(n)
 
 
-def _same(node: fx.Node) -> fx.Node:
+def _itself(node: fx.Node) -> fx.Node:
+    """A node's key in :func:`_replace`'s call keys: the node (calls match on the same nodes)."""
     return node
 
 
@@ -173,7 +174,7 @@ def optimus_egg_backend(gm: fx.GraphModule, example_inputs: Sequence[Any],
     from torch._inductor import config, list_mode_options
     from torch._inductor.compile_fx import compile_fx
 
-    # torch.compile(mode=...) is Inductor's (it was ignored: no max-autotune, no CUDA graphs)
+    # torch.compile(mode=...) is Inductor's: its options (max-autotune, CUDA graphs) apply here
     modes = list_mode_options()
     if mode is not None and mode not in modes:
         raise ValueError(f"unknown mode {mode!r}; valid: {', '.join(modes)}")

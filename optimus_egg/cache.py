@@ -8,9 +8,8 @@ calls behind the ``Op``/``Unary``/``Binary`` keys, the output structure, the dev
 models count its kernels) and the options. The value is the search's result (the frozen
 e-graph, the extraction), kept in an in-process LRU; the FX graph is emitted again from the new
 translation, so it reads the new graph's own placeholders, and its terms get the same numbers.
-An entry holds ints, strings and tuples of them: the cyclic collector stops tracking them, so
-cached graphs add nothing to its passes over the heap (the terms an entry once kept alive were
-141K tracked objects for the 600-block chain's forward).
+An entry holds ints, strings and tuples of them, not terms: the cyclic collector stops tracking
+them, so cached graphs add nothing to its passes over the heap.
 
 A call whose constants are not plain values (a tensor, an arbitrary object: their ``repr`` does
 not identify them) makes the graph uncacheable; it is then always searched.

@@ -49,7 +49,8 @@ def _eager(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], train: bool
                                            for p in model.parameters()]}
 
 
-def _same(a: dict[str, Any], b: dict[str, Any], train: bool) -> bool:
+def _results_match(a: dict[str, Any], b: dict[str, Any], train: bool) -> bool:
+    """Equal outputs (and, training, gradients) of two runs, to float tolerance."""
     ok = torch.allclose(a["out"], b["out"], rtol=1e-4, atol=1e-5)
     if train:
         ok = ok and all((x is None and y is None) or torch.allclose(x, y, rtol=1e-4, atol=1e-5)
@@ -84,7 +85,7 @@ def demo(args: argparse.Namespace) -> int:
             fell_back = any(r.fallback for r in REPORTS)
             rows.append(("training" if train else "inference", backend, got["launches"], got["kernels"],
                          f"{got['compile_s']:.1f}", "-" if opt_ms is None else f"{opt_ms:.0f}",
-                         "yes" if _same(got, ref, train) else "NO", "FELL BACK" if fell_back else ""))
+                         "yes" if _results_match(got, ref, train) else "NO", "FELL BACK" if fell_back else ""))
     header = ("mode", "backend", "launches/step", "kernel objects", "compile s", "optimize ms",
               "equal to eager", "")
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]

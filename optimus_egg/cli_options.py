@@ -1,7 +1,7 @@
 """Optimizer options on the command line, shared by every ``optimus-egg`` command that optimizes.
 
 The named flags cover the options every user reaches for; ``--option KEY=VALUE`` passes any
-other option of :class:`optimus_egg.pipeline.Options` through unchanged, so options added to the
+other option of :class:`optimus_egg.options.Options` through unchanged, so options added to the
 pipeline later work from the command line without touching this module.
 """
 
@@ -11,7 +11,7 @@ import argparse
 import ast
 from typing import Any
 
-from optimus_egg.pipeline import Options
+from optimus_egg.options import Options
 
 #: Named flags: argparse destination -> option name.
 _FLAGS = {"families": "families", "max_iterations": "max_iterations", "max_enodes": "max_enodes",
@@ -19,8 +19,8 @@ _FLAGS = {"families": "families", "max_iterations": "max_iterations", "max_enode
 
 
 def positive_int(text: str) -> int:
-    """argparse type for counts: 0 repeats made ``tune`` fail after the timing (``min()`` of
-    nothing), and ``bench --reps 0`` ran its default 10 rounds."""
+    """argparse type for counts, refused before any work: 0 repeats would make ``tune`` fail
+    after the timing (``min()`` of nothing), and ``bench --reps 0`` run its default rounds."""
     if not text.isdigit() or int(text) < 1:
         raise argparse.ArgumentTypeError(f"want a positive integer, got {text!r}")
     return int(text)

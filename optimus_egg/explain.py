@@ -34,7 +34,9 @@ from torch.utils import _pytree as pytree
 from optimus_egg.cli_options import add_option_args, options_from_args
 from optimus_egg.counting import eager_launches
 from optimus_egg.emit import ORIGIN
-from optimus_egg.pipeline import Options, Report, capture, optimize_graph
+from optimus_egg.options import Options
+from optimus_egg.pipeline import capture, optimize_graph
+from optimus_egg.report import Report
 from optimus_egg.rewrites import user_code_error
 
 Factory = Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]]

@@ -29,7 +29,7 @@ def propagate(graph: fx.Graph, root: torch.nn.Module, known: dict[Any, list[Any]
     values of the original graph's calls; a new call of the same op on the same values, none
     requiring grad, takes its value from there instead of running (each value once): what a
     fake run gives, as its inputs are those values. Most of a backward graph is written
-    unchanged, and fake-running it was half of its emission (~40 ms on the 100-block chain)."""
+    unchanged, and fake-running it again would be a large part of its emission."""
     modes = (v.fake_mode for n in graph.find_nodes(op="placeholder") if isinstance(v := val(n), FakeTensor))
     no_inputs_mode = next(modes, None) or FakeTensorMode(allow_non_fake_inputs=True)
     for node in graph.nodes:
@@ -45,11 +45,11 @@ def alias_identity_dropouts(graph: fx.Graph) -> None:
     """Make a dropout that is off carry its input's value, as it returns its input itself
     (eager, AOTAutograd), and re-derive the views below it. Dynamo gives ``F.dropout(x,
     training=False)`` a fresh fake value (``alpha_dropout`` it gets right), and the views below
-    inherit that storage: the emitter, which keeps each output aliasing what it aliased, read
-    the pieces of ``split(dropout(x))`` as fresh and returned copies of ``x``'s (fuzzer, seed
-    505, where eager's alias the input). Not where the two values disagree on requiring grad:
-    Dynamo's views taken under ``no_grad`` say they require it, its dropout's value rightly
-    not, and the dropout's is kept (seed 606)."""
+    inherit that storage: the emitter, which keeps each output aliasing what it aliased, would
+    read the pieces of ``split(dropout(x))`` as fresh and return copies of ``x``'s where eager's
+    alias the input. Not where the two values disagree on requiring grad: Dynamo's views taken
+    under ``no_grad`` say they require it, its dropout's value rightly not, and the dropout's is
+    kept."""
     stale: set[Any] = set()  # the fresh storages Dynamo gave such dropouts
     for node in graph.nodes:
         if node.op not in ("call_function", "call_method"):
@@ -117,12 +117,12 @@ def call_key(op: str, target: Any, args: Any, kwargs: Any, node_key: Callable[[f
 def fake_run(node: fx.Node, no_inputs_mode: FakeTensorMode | None = None,
              root: torch.nn.Module | None = None) -> None:
     """Run ``node`` on its inputs' fake values. On symbolic sizes with the Python dispatcher, as
-    Dynamo traces: torch 2.11's C++ ``linear`` of a strided slice of a symbolic tensor asked it
-    for its ``numel()`` and raised."""
+    Dynamo traces: the C++ ``linear`` of a strided slice of a symbolic tensor asks it for its
+    ``numel()`` and raises (torch 2.11)."""
     args, kwargs = fx.node.map_arg((node.args, node.kwargs), lambda n: _value(n, root))
     if node.target is operator.getitem and isinstance(args[0], (tuple, list)):
         # a piece of a split or unbind: no op runs, and walking the whole tuple's values for
-        # each of its pieces was quadratic (400 batched linears: emitted in 0.96 s, 0.47 s this way)
+        # each of its pieces would be quadratic
         node.meta["val"] = node.meta["example_value"] = args[0][args[1]]
         return
     fakes = [t for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, FakeTensor)]

@@ -67,8 +67,8 @@ Arg = Union["Term", int, str]
 class Term:
     """An interned IR term: a constructor applied to terms and literals.
 
-    Terms are shared DAGs that get deep (a 600-block model is a 6,000-long chain), so each is
-    built once, hashes in O(1) and compares by identity.
+    Terms are shared DAGs that get deep (a model of many blocks is a chain of thousands), so each
+    is built once, hashes in O(1) and compares by identity.
     """
 
     __slots__ = ("op", "args", "_hash", "__weakref__")

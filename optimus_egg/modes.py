@@ -6,7 +6,7 @@ emitter know the sides. So the calls from the first switch to the last (the *zon
 written, and the calls before it and after it are optimized as graphs of their own: each
 segment runs under one mode, and nothing moves between segments. A model that keeps one layer
 out of autocast, or computes a statistic under ``no_grad``, keeps the rest of its graph
-optimized (before: the whole graph was kept).
+optimized.
 
 Only a zone that leaves the modes as it found them: the calls after it then run under the
 modes the calls before it ran under, the ones Dynamo traced them under. Not in graphs that

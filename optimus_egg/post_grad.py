@@ -20,27 +20,24 @@ def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
     """Reorder ``graph`` (emitted, origins marked) to follow ``original``, the program as
     written: a node that computes an original node's value goes where that node was, a new one
     just before its first reader. Emission writes each output's operands depth-first, and
-    Inductor fuses along the order it is given: a backward graph emitted unchanged in that order
-    got 6 more kernels per step on the zoo's ple model, 7 more on the cruft chain (CPU).
+    Inductor fuses along the order it is given: in emission order a backward graph fuses worse.
 
     A new matmul that only the output reads (through views: a bmm of weight gradients) goes
     last, with those views. Its first reader as written is the earliest of the gradients it
-    batches, so it went as soon as its operands were ready; but Inductor writes every extern
-    call between two C++ kernels, and the kernels written after it that need not wait for it
-    (the first layer's bias gradient) were a launch of their own (cruft chain backward, CPU:
-    16 launches, 15 with the bmm last, as Optimus's batch_linear_post_grad gets).
+    batches, so it would go as soon as its operands were ready; but Inductor writes every
+    extern call between two C++ kernels, and the kernels written after it that need not wait
+    for it (the first layer's bias gradient) would be a launch of their own.
 
     A call that is ready when a matmul is written and reads only graph inputs and what the
     matmul reads (directly or through views, one of them computed since the matmul before), or
     what such calls compute, goes before it: on CPU it runs in the C++ kernel that computed what
     it reads instead of the next one, and makes no kernel of its own. A layer's bias gradient,
-    the sum of the gradient its input-gradient matmul reads, is written after that matmul:
-    Inductor's peak-memory reordering had moved the cruft chain's sums into their layers'
-    kernels, but no longer once the stack of saved inputs stopped being copied early
-    (:func:`optimus_egg.emit.scatter_input_stacks`), and each sum ran in the next layer's
-    kernel. A call that reads another view of what the matmul reads (another tower's slice of
-    one gradient, zoo mmoe) stays: moved, such sums were loops of their own (3 more kernel
-    objects)."""
+    the sum of the gradient its input-gradient matmul reads, is written after that matmul, and
+    with the stack of saved inputs scattered rather than copied early
+    (:func:`optimus_egg.cleanup.scatter_input_stacks`) Inductor's own reordering does not move
+    it back: each sum would run in the next layer's kernel. A call that reads another view of
+    what the matmul reads (another tower's slice of one gradient) stays: moved, such sums would
+    be loops of their own."""
     where = {n.name: i for i, n in enumerate(original.nodes)}
     nodes = [n for n in graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
     rank: dict[fx.Node, float] = {}

@@ -7,7 +7,7 @@ import torch._inductor.config
 from torch import nn
 
 from optimus_egg.backend import REPORTS
-from optimus_egg.pipeline import Options
+from optimus_egg.options import Options
 from tests.helpers import INDUCTOR_2_13
 
 #: The backward pass's weight-gradient batching, which ``rewrite_backward="auto"`` leaves off on CPU.
@@ -427,7 +427,7 @@ class _Heads(nn.Module):
 @torch._inductor.config.patch(fx_graph_cache=False)
 def test_a_forward_graphs_weight_stacks_are_one_kernel_each(monkeypatch):
     """Inductor (CPU) copies each weight of a concatenation in a loop of its own; written as
-    scatters into its rows (emit.scatter_input_stacks) they are one."""
+    scatters into its rows (cleanup.scatter_input_stacks) they are one."""
     from torch._inductor import metrics
 
     from optimus_egg import backend

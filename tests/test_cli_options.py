@@ -32,17 +32,17 @@ def test_generic_option_reads_python_literals():
 
 def test_generic_option_passes_through_to_the_pipeline(monkeypatch):
     """An option the pipeline accepts, that this module has no flag for, reaches it unchanged."""
-    from optimus_egg import pipeline
+    from optimus_egg import options
 
     seen = {}
-    real = pipeline.Options.from_kwargs.__func__
+    real = options.Options.from_kwargs.__func__
 
     def spy(cls, **kw):
         seen.update(kw)
         kw.pop("future_option", None)
         return real(cls, **kw)
 
-    monkeypatch.setattr(pipeline.Options, "from_kwargs", classmethod(spy))
+    monkeypatch.setattr(options.Options, "from_kwargs", classmethod(spy))
     assert _parse("--option", "future_option=fast") == {"future_option": "fast"}
     assert seen == {"future_option": "fast"}
 

@@ -238,7 +238,7 @@ def test_overlapping_slices_with_a_gap_or_read_by_a_cat_on_another_dim_are_not_c
 
 
 def test_a_gap_is_any_stretch_no_span_covers():
-    from optimus_egg.emit import _gap
+    from optimus_egg.cleanup import _gap
 
     assert _gap([(0, 6), (2, 4), (8, 12)])  # 6..8 inside
     assert _gap([(2, 12)])  # 0..2 before the first
@@ -514,7 +514,7 @@ def _stack_of_inputs(read=torch.bmm, pieces=(None, None, None)):
 def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
     """Inductor (CPU) copies each input of a cat in a kernel of its own, which fused with
     whichever kernel near it read the same input, or with none: the scatters are one kernel."""
-    from optimus_egg.emit import scatter_input_stacks
+    from optimus_egg.cleanup import scatter_input_stacks
 
     aten = torch.ops.aten
     gm, fn, inputs = _stack_of_inputs()
@@ -539,7 +539,7 @@ def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
 def test_a_stack_of_inputs_a_bmm_reads_through_any_view_is_scattered(read):
     """Which calls are views is the op table's to say (``optable.launches``), as for the rest of
     the emitter: a slice or an alias between the stack and the bmm reads no loop either."""
-    from optimus_egg.emit import scatter_input_stacks
+    from optimus_egg.cleanup import scatter_input_stacks
 
     gm, fn, inputs = _stack_of_inputs(read=read)
     assert scatter_input_stacks(gm.graph)
@@ -556,7 +556,7 @@ def test_a_stack_of_inputs_a_bmm_reads_through_any_view_is_scattered(read):
     dict(pieces=(None,) * 17),  # more than a few: each element would test its slot 17 times
 ])
 def test_other_stacks_of_inputs_keep_their_cat(case):
-    from optimus_egg.emit import scatter_input_stacks
+    from optimus_egg.cleanup import scatter_input_stacks
 
     gm, _, _ = _stack_of_inputs(**case)
     _assert_untouched(scatter_input_stacks, gm)
@@ -569,7 +569,7 @@ def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
     weight."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from optimus_egg.emit import scatter_input_stacks
+    from optimus_egg.cleanup import scatter_input_stacks
 
     aten = torch.ops.aten
 
@@ -601,7 +601,7 @@ def test_weights_concatenated_for_a_matmul_are_each_scattered_into_their_rows():
 def test_other_concatenated_weights_keep_their_cat(fn):
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from optimus_egg.emit import scatter_input_stacks
+    from optimus_egg.cleanup import scatter_input_stacks
 
     gm = make_fx(fn, tracing_mode="fake")(torch.randn(2, 5), torch.randn(6), torch.randn(3, 5), torch.randn(3, 5))
     _assert_untouched(scatter_input_stacks, gm)
@@ -624,7 +624,7 @@ def _stack_of_transposes(piece=torch.tanh, read=torch.bmm, transposed=(True, Tru
 def test_a_stack_of_transposed_gradients_a_bmm_reads_is_the_transpose_of_their_stack():
     """Inductor copies each piece into the stack; a copy of ``g.T`` walks ``g`` as the bias
     gradient's column sum does and took those sums out of the layers' kernels (CPU)."""
-    from optimus_egg.emit import stack_untransposed
+    from optimus_egg.cleanup import stack_untransposed
 
     gm, fn, inputs = _stack_of_transposes()
     [(old, new)] = stack_untransposed(gm.graph).items()
@@ -647,7 +647,7 @@ def test_a_gradient_that_is_an_input_is_stacked_untransposed_with_the_others():
     kept every piece transposed)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from optimus_egg.emit import stack_untransposed
+    from optimus_egg.cleanup import stack_untransposed
 
     aten = torch.ops.aten
 
@@ -674,7 +674,7 @@ def test_a_gradient_that_is_an_input_is_stacked_untransposed_with_the_others():
     dict(transposed=(True, False), n=6),  # one piece is not a transpose
 ])
 def test_other_stacks_keep_their_pieces(case):
-    from optimus_egg.emit import stack_untransposed
+    from optimus_egg.cleanup import stack_untransposed
 
     gm, _, _ = _stack_of_transposes(**case)
     _assert_untouched(stack_untransposed, gm)

@@ -52,7 +52,7 @@ def test_a_fallback_reports_the_graph_it_returns(lenient, monkeypatch):
     import optimus_egg.pipeline as opt
 
     class Broken(opt.Emitter):
-        def run(self, *args, **kwargs):
+        def emit(self, *args, **kwargs):
             raise IndexError("injected")
 
     model, x = Fn(lambda x: torch.cat([p.relu() for p in torch.split(x, 2, 1)], 1)), torch.randn(2, 8)

@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from optimus_egg import optimize
-from optimus_egg.emit import _detached_twins
+from optimus_egg.outputs import _detached_twins
 from optimus_egg.optable import bind, static_int, storage_key, val
 from optimus_egg.pipeline import capture
 from tests.fuzz.programs import Program
@@ -279,7 +279,7 @@ def _returns_a_view_and_its_detach(program: Program, grad: bool) -> bool:
     AOTAutograd (torch 2.13) fails replaying such outputs, with or without the optimizer (a
     segmentation fault from ``v = (x * 2)[:, 6:9]; return v.detach(), v`` under ``aot_eager``,
     seed 404). A fresh tensor and its detach (``y.detach(), y``) are checked: the rewrite must
-    not make ``y`` such a view (:func:`optimus_egg.emit._detached_twins`). Only a program that
+    not make ``y`` such a view (:func:`optimus_egg.outputs._detached_twins`). Only a program that
     says ``detach`` is captured to look."""
     graph = dynamo_graph(program, grad=grad) if "detach" in program.source else None
     if graph is None:
