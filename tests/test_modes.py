@@ -55,7 +55,8 @@ def _zone(gm: fx.GraphModule) -> list[str]:
 
 
 def _same(fn, gm, x: torch.Tensor) -> None:
-    """Outputs and the input's gradient as eager's, bit for bit."""
+    """Outputs and the input's gradient as eager's (to float32 rounding: a rewrite may reorder a
+    sum, and the linear's library kernel may pick another blocking from one call to the next)."""
     xs = [x.clone().requires_grad_() for _ in range(2)]
     outs = []
     for f, arg in zip((fn, gm), xs):
@@ -63,8 +64,8 @@ def _same(fn, gm, x: torch.Tensor) -> None:
         sum(o.float().sum() for o in out).backward()
         outs.append(out)
     for got, want in zip(*reversed(outs)):
-        torch.testing.assert_close(got, want, rtol=0, atol=0)
-    torch.testing.assert_close(xs[1].grad, xs[0].grad, rtol=0, atol=0)
+        torch.testing.assert_close(got, want)
+    torch.testing.assert_close(xs[1].grad, xs[0].grad)
 
 
 @pytest.mark.parametrize("fn", [_exp_of_pieces_one_without_grad, _matmul_under_autocast])
