@@ -6,6 +6,8 @@ come from, each group's comment naming the pass it is for and its input shape.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -203,26 +205,19 @@ class SplitStackAddnArgs(nn.Module):
 
 
 class SplitCatDimMismatch(nn.Module):
-    """All the pieces between other tensors, cat on another dim than the split's: split 1 /
-    cat 2, split 1 / cat 3, split 2 / cat 0 (``split_cat_dim_mismatch``, ``...2``, ``...3``)."""
+    """All the pieces between other tensors, glued on another dim than the split's: split 1 /
+    glue 2, split 1 / glue 3, split 2 / glue 0 (``split_cat_dim_mismatch``, ``...2``, ``...3``;
+    ``glue=torch.stack``: ``split_stack_dim_mismatch``, ...)."""
+
+    def __init__(self, glue: Callable[..., torch.Tensor] = torch.cat) -> None:
+        super().__init__()
+        self.glue = glue
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
         one = _ones(2, 2, 16, 2)
-        a = torch.cat([one, *torch.split(x, 2, dim=1), one], dim=2)
-        b = torch.cat([one, *torch.split(y, 2, dim=1), one], dim=3)
-        c = torch.cat([_ones(2, 16, 2, 2), *torch.split(z, 2, dim=2), _ones(2, 16, 2, 2)], dim=0)
-        return a, b, c
-
-
-class SplitStackDimMismatch(nn.Module):
-    """The same with stack: split 1 / stack 2, split 1 / stack 3, split 2 / stack 0
-    (``split_stack_dim_mismatch``, ``...2``, ``...3``)."""
-
-    def forward(self, x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        one = _ones(2, 2, 16, 2)
-        a = torch.stack([one, *torch.split(x, 2, dim=1), one], dim=2)
-        b = torch.stack([one, *torch.split(y, 2, dim=1), one], dim=3)
-        c = torch.stack([_ones(2, 16, 2, 2), *torch.split(z, 2, dim=2), _ones(2, 16, 2, 2)], dim=0)
+        a = self.glue([one, *torch.split(x, 2, dim=1), one], dim=2)
+        b = self.glue([one, *torch.split(y, 2, dim=1), one], dim=3)
+        c = self.glue([_ones(2, 16, 2, 2), *torch.split(z, 2, dim=2), _ones(2, 16, 2, 2)], dim=0)
         return a, b, c
 
 
