@@ -31,7 +31,7 @@ from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
 from optimus_egg.extract.dag import Dag, Fact, class_facts
-from optimus_egg.extract.tune import load_profile, weights_for
+from optimus_egg.extract.profile import load_profile, weights_for
 from optimus_egg.frontend import Translation, translate
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
