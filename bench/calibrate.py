@@ -29,7 +29,8 @@ from optimus_egg.backend import BackwardPass
 from optimus_egg.bench.models import Factory, chain, rec_demo
 from optimus_egg.counting import eager_launches, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
-from optimus_egg.extract.inductor import InductorCost, Prediction
+from optimus_egg.extract.fusion import Prediction
+from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.extract.select import translated
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import Options, capture, optimize_graph

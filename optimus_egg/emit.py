@@ -19,6 +19,7 @@ from torch.utils import _pytree as pytree
 from optimus_egg import draws, fake_values, optable
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
+from optimus_egg.extract.fusion import MAX_SCATTERED
 from optimus_egg.frontend import Translation, mutated_storages
 from optimus_egg.optable import static_int, storage_key, val
 
@@ -673,12 +674,6 @@ def _transposed_2d(node: Any) -> fx.Node | None:
         return g
     return None
 
-
-#: The most inputs :func:`scatter_input_stacks` scatters: each element tests its slot once per
-#: input. Twice Inductor's own one-kernel cat (``config.max_pointwise_cat_inputs``, on GPUs):
-#: the concatenated weights of a model's parallel linears are often a few more than 8 (zoo ple:
-#: 9), and copied, each would be a kernel object on CPU and a launch on a GPU.
-MAX_SCATTERED = 16
 
 def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     """A cat along dim 0 of graph inputs alone (each as it is, of one shape but maybe dim 0, or
