@@ -44,7 +44,7 @@ import torch
 from optimus_egg import cache
 from optimus_egg.backend import REPORTS
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.harness import (
+from optimus_egg.bench.steps import (
     Settings,
     compare,
     cpu_seconds,
@@ -90,7 +90,7 @@ class Column:
 def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: str, train: bool,
                   cold: bool = False, options: dict[str, Any] | None = None
                   ) -> tuple[CompileTimes, Callable[[], Any], Any, int]:
-    """Compile ``model`` with ``backend`` and run its first step (``harness.make_step``).
+    """Compile ``model`` with ``backend`` and run its first step (``steps.make_step``).
 
     Returns the phases, the step, what the first step returned and Inductor's kernel objects.
     """
