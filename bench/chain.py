@@ -2,12 +2,11 @@
 
 Prints eager launches before/after ``optimize`` (and the twin's floor) and the optimizer's
 phases (the median of ``--reps`` searches), and how long Dynamo took to capture the model. A
-shared machine's speed drifts (the same search took 3.0–3.9 s and, an hour later, 5.1–5.6 s on
-one 2-core machine), so a time in seconds needs a yardstick from the same run: the capture is
+shared machine's speed drifts, so a time in seconds needs a yardstick from the same run: the capture is
 Python work on the same model that every backend waits for. Then, in inference and one training
 step (forward, ``sum`` of the output, backward), ``inductor`` on the twin against
-``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain:
-30-50 s per compile at N = 100):
+``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain,
+whose compiles are slow):
 
 - compile time, split into Dynamo's capture of the model (tracing and guards: not the
   optimizer's, but the user waits for it), ``optimus_egg``'s rewrite, Inductor (AOTAutograd,
@@ -22,9 +21,8 @@ step (forward, ``sum`` of the output, backward), ``inductor`` on the twin agains
   CPU seconds (this process and its compile workers), which machine load disturbs less than
   wall time, and the seconds Python's cyclic collector ran (inside the phases above). Each
   compile starts from a collected heap: a full collection walks every object the process holds
-  (~0.35 s with torch loaded) once enough new ones outlive younger collections, and without it
-  a column paid for the objects the column before it left (the twin's training compile, 1.4 or
-  1.8 s CPU depending on its turn);
+  once enough new ones outlive younger collections, and without it a column paid for the
+  objects the column before it left;
 - step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
 """
 
