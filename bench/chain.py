@@ -23,7 +23,7 @@ whose compiles are slow):
   compile starts from a collected heap: a full collection walks every object the process holds
   once enough new ones outlive younger collections, and without it a column paid for the
   objects the column before it left;
-- step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
+- step time: the median of interleaved repetitions (:func:`optimus_egg.bench.steps.interleaved_times`).
 """
 
 from __future__ import annotations
@@ -156,7 +156,7 @@ def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], t
                   cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str],
                                        dict[str, float], dict[str, float]]:
     """Median compile phases per column over ``reps`` rounds (after one warm-up round that
-    builds every column's C++ kernels, unless ``cold``), the last round's steps (the harness's
+    builds every column's C++ kernels, unless ``cold``), the last round's steps (the bench's
     warm-up recompiles those Dynamo has dropped since), per column its kernel objects and
     whether its first step matched eager, the median CPU seconds of its capture alone, and the
     median seconds after the capture (each round's total less its capture)."""
