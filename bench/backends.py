@@ -16,10 +16,13 @@ from typing import Any
 import torch
 from torch import fx
 
+from optimus_egg.backend import optimus_egg_backend
+from optimus_egg.pipeline import Options, optimize_graph
+
 EAGER, INDUCTOR, OPTIMUS, OPTIMUS_EGG = "eager", "inductor", "inductor+optimus", "optimus_egg"
 STANDARD = (EAGER, INDUCTOR, OPTIMUS, OPTIMUS_EGG)
 
-#: Post-grad Optimus passes from shared/reference/optimus.md; ``group_linear`` needs fbgemm.
+#: Optimus's post-grad passes (``torch._inductor.fx_passes``); ``group_linear`` needs fbgemm.
 _POST_GRAD = ("normalization_aten_pass", "unbind_stack_aten_pass", "split_cat_aten_pass",
               "select_cat_aten_pass", "move_view_after_cat_aten_pass")
 
@@ -74,8 +77,6 @@ class Backend:
         from torch._inductor.fx_passes.pre_grad import pre_grad_passes
 
         if self.is_optimus_egg:
-            from optimus_egg.pipeline import Options, optimize_graph
-
             gm, _ = optimize_graph(gm, Options.from_kwargs(**self.options))
         with self.config():
             return pre_grad_passes(gm, example_inputs)
@@ -87,8 +88,6 @@ def rules_backend(families: str, options: dict[str, Any] | None = None) -> Backe
 
     The families are checked here, so a typo fails before any model is compiled.
     """
-    from optimus_egg.pipeline import Options
-
     names = [f.strip() for f in families.split(",") if f.strip()]
     if not names:
         raise ValueError("--rules needs at least one rule family")
@@ -100,8 +99,6 @@ def backends(names: Sequence[str] = STANDARD, rules: Sequence[str] = (),
              options: dict[str, Any] | None = None) -> list[Backend]:
     """The standard columns asked for, in table order, then one column per ``--rules`` value.
     ``options`` (the optimizer flags of the command line) go to every optimus_egg column."""
-    from optimus_egg.pipeline import Options
-
     unknown = [n for n in names if n not in STANDARD]
     if unknown:
         raise ValueError(f"unknown backend(s) {unknown}; valid: {', '.join(STANDARD)}")
@@ -131,7 +128,5 @@ def ensure_registered() -> None:
     try:
         torch._dynamo.lookup_backend(OPTIMUS_EGG)
     except Exception:  # noqa: BLE001 - InvalidBackend; its class moved between torch versions
-        from optimus_egg.backend import optimus_egg_backend
-
         if OPTIMUS_EGG not in _BACKENDS:
             register_backend(optimus_egg_backend, name=OPTIMUS_EGG)

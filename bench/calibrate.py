@@ -27,9 +27,11 @@ import torch
 
 from optimus_egg.backend import BackwardPass
 from optimus_egg.bench.models import Factory, chain, rec_demo
+from optimus_egg.bench.zoo import zoo
 from optimus_egg.counting import eager_launches, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
-from optimus_egg.extract.inductor import InductorCost, Prediction
+from optimus_egg.extract.fusion import Prediction
+from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.extract.select import translated
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import Options, capture, optimize_graph
@@ -38,18 +40,13 @@ _EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch
 
 
 def models(names: list[str] | None = None) -> dict[str, Factory]:
-    """The zoo when it is there, else the models of ``bench/models.py``; ``chainN`` is the cruft
-    chain with N blocks."""
+    """The models of ``bench/models.py`` and the zoo's (quick); ``chainN`` is the cruft chain
+    with N blocks."""
     out: dict[str, Factory] = {"chain12": chain(12), "rec_demo": rec_demo()}
     for name in names or []:
         if re.fullmatch(r"chain\d+", name):
             out[name] = chain(int(name[5:]))
-    try:
-        from optimus_egg.bench.zoo import zoo
-
-        out.update(zoo(quick=True))
-    except ImportError:
-        pass
+    out.update(zoo(quick=True))
     if names:
         unknown = set(names) - set(out)
         if unknown:

@@ -2,12 +2,11 @@
 
 Prints eager launches before/after ``optimize`` (and the twin's floor) and the optimizer's
 phases (the median of ``--reps`` searches), and how long Dynamo took to capture the model. A
-shared machine's speed drifts (the same search took 3.0–3.9 s and, an hour later, 5.1–5.6 s on
-one 2-core machine), so a time in seconds needs a yardstick from the same run: the capture is
+shared machine's speed drifts, so a time in seconds needs a yardstick from the same run: the capture is
 Python work on the same model that every backend waits for. Then, in inference and one training
 step (forward, ``sum`` of the output, backward), ``inductor`` on the twin against
-``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain:
-30-50 s per compile at N = 100):
+``optimus_egg`` on the cruft chain (``--cruft-inductor`` adds ``inductor`` on the cruft chain,
+whose compiles are slow):
 
 - compile time, split into Dynamo's capture of the model (tracing and guards: not the
   optimizer's, but the user waits for it), ``optimus_egg``'s rewrite, Inductor (AOTAutograd,
@@ -22,10 +21,9 @@ step (forward, ``sum`` of the output, backward), ``inductor`` on the twin agains
   CPU seconds (this process and its compile workers), which machine load disturbs less than
   wall time, and the seconds Python's cyclic collector ran (inside the phases above). Each
   compile starts from a collected heap: a full collection walks every object the process holds
-  (~0.35 s with torch loaded) once enough new ones outlive younger collections, and without it
-  a column paid for the objects the column before it left (the twin's training compile, 1.4 or
-  1.8 s CPU depending on its turn);
-- step time: the median of interleaved repetitions (the harness's ``interleaved_times``).
+  once enough new ones outlive younger collections, and without it a column paid for the
+  objects the column before it left;
+- step time: the median of interleaved repetitions (:func:`optimus_egg.bench.steps.interleaved_times`).
 """
 
 from __future__ import annotations
@@ -44,7 +42,7 @@ import torch
 from optimus_egg import cache
 from optimus_egg.backend import REPORTS
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.harness import (
+from optimus_egg.bench.steps import (
     Settings,
     compare,
     cpu_seconds,
@@ -90,7 +88,7 @@ class Column:
 def timed_compile(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], backend: str, train: bool,
                   cold: bool = False, options: dict[str, Any] | None = None
                   ) -> tuple[CompileTimes, Callable[[], Any], Any, int]:
-    """Compile ``model`` with ``backend`` and run its first step (``harness.make_step``).
+    """Compile ``model`` with ``backend`` and run its first step (``steps.make_step``).
 
     Returns the phases, the step, what the first step returned and Inductor's kernel objects.
     """
@@ -158,7 +156,7 @@ def compile_table(columns: Sequence[Column], inputs: tuple[torch.Tensor, ...], t
                   cold: bool) -> tuple[dict[str, CompileTimes], dict[str, Callable[[], Any]], dict[str, str],
                                        dict[str, float], dict[str, float]]:
     """Median compile phases per column over ``reps`` rounds (after one warm-up round that
-    builds every column's C++ kernels, unless ``cold``), the last round's steps (the harness's
+    builds every column's C++ kernels, unless ``cold``), the last round's steps (the bench's
     warm-up recompiles those Dynamo has dropped since), per column its kernel objects and
     whether its first step matched eager, the median CPU seconds of its capture alone, and the
     median seconds after the capture (each round's total less its capture)."""

@@ -1,7 +1,7 @@
 """One small model per Optimus pass family: the pattern each pass rewrites, in the call forms
 users write.
 
-PyTorch's Optimus passes (``shared/reference/optimus.md``) are families of hand-written
+PyTorch's Optimus passes (``torch._inductor.fx_passes``) are families of hand-written
 matchers. Each model here holds its family's pattern, sized so the pass matches (Optimus
 rewrites cat/stack arguments into slices only for runs of 10 or more pieces, and batches only
 5 or more parallel ops), between a Linear that feeds it and a Linear that reads it, so a

@@ -8,10 +8,17 @@ and 2× slower sits as far from 1 as 2× faster). A backend keeps its colour in 
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
 MODES = ("inference", "training")
+
+
+def available() -> bool:
+    """Whether matplotlib, which only the plots need (``pip install 'optimus_egg[bench]'``), is
+    installed."""
+    return importlib.util.find_spec("matplotlib") is not None
 
 
 def _grouped(ax: Any, rows: list[dict[str, Any]], key: str, backends: list[str], models: list[str],

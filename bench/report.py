@@ -6,6 +6,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from optimus_egg.bench.families import TARGETS
+from optimus_egg.bench.plots import plot
+
 COLUMNS = ("model", "backend", "eager launches", "launches/step", "kernel objects", "bytes accessed",
            "compile s", "optimize s", "step ms", "vs inductor", "peak mem", "equal to eager")
 
@@ -74,8 +77,6 @@ def side_by_side(results: dict[str, Any]) -> str:
     ``inductor`` / ``inductor+optimus`` / ``optimus_egg`` (eager launches lead with eager's),
     whether Optimus's passes for the model fired and it stayed correct, and every figure where
     optimus_egg is above either (flagged)."""
-    from optimus_egg.bench.families import TARGETS
-
     rows: dict[tuple[str, str], dict[str, dict[str, Any]]] = {}
     for r in results["rows"]:
         rows.setdefault((r["model"], r["mode"]), {})[r["backend"]] = r
@@ -139,7 +140,5 @@ def write(results: dict[str, Any], out: Path, plots: bool = True) -> list[Path]:
     paths[0].write_text(json.dumps(results, indent=1) + "\n")
     paths[1].write_text(markdown(results) + "\n")
     if plots:
-        from optimus_egg.bench.plots import plot
-
         paths += plot(results, out)
     return paths

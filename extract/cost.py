@@ -21,7 +21,7 @@ is reported; Inductor's fusion depends on who consumes a value, which a node-loc
 see, so ``inductor`` extracts with a sound local approximation and reports a fusion simulation.
 
 Weights per op category (:data:`CATEGORIES`) scale every model's kernel costs; ``1`` each by
-default, or fitted on the current device by :mod:`optimus_egg.extract.tune` (``cost_profile``).
+default, or fitted on the current device by :mod:`optimus_egg.tune` (``cost_profile``).
 """
 
 from __future__ import annotations

@@ -143,7 +143,7 @@ def class_facts(graph: Frozen, seed: dict[int, Fact]) -> dict[int, Fact]:
     """A fact for every class that has one: ``seed`` (classes of translated terms) plus what
     the shape rules derive through the e-nodes, propagated with a worklist (linear in nodes).
     A list class stands for the facts of its items and its dim, from its first cons cell whose
-    head has a fact and whose tail is known (stand-in terms per node cost 2/3 of this)."""
+    head has a fact and whose tail is known."""
     out = dict(seed)
     parents: dict[int, list[int]] = defaultdict(list)
     for n, node in enumerate(graph.nodes):

@@ -78,9 +78,8 @@ def _in_order(graph: Frozen, kids: list[list[int]], own: list[float]) -> list[fl
 
     Slices are left alone: a piece the program computes that is a slice of a later tensor is
     what split/cat cleanup makes of per-piece work (``relu`` of each piece, then the cat: the
-    pieces become slices of one ``relu``), which saves a kernel and is no tie. Pricing those
-    slices changed no choice but made the greedy pass revisit wide sub-DAG unions (800 slices on
-    the 100-block chain; extraction at N = 600 0.21 -> 0.45 s)."""
+    pieces become slices of one ``relu``), which saves a kernel and is no tie; pricing those
+    slices would only make the greedy pass revisit wide sub-DAG unions."""
     first: dict[int, int] = {}  # class -> the earliest written term in it
     for ref, cls in graph.refs.items():
         if ref < first.get(cls, ref + 1):
@@ -107,28 +106,23 @@ REVERSED = 100 * EPSILON
 
 
 def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, int]:
-    """Each class's sub-DAG is a bitset of classes, so a union is one big-int OR; its cost is
-    the widest child's cost plus the classes the other children add (usually few: they share
-    most of their past), or, where a child adds most of its sub-DAG, that child's cost less the
-    classes it shares (the cells of a cat of 800 towers' pieces: 1.18 -> 0.64 s, the same
-    choices). Dict-of-class sets made this quadratic on long chains. The widest, not
-    the costliest: a list cell whose head is a kernel and whose tail is N views re-walked all N
-    (quadratic on a wide model's stacks: 0.74 -> 0.44 s for 400 towers).
+    """Each class's sub-DAG is a bitset of classes, so a union is one big-int OR (sets of
+    classes are quadratic on long chains); its cost is the widest child's cost plus the classes
+    the other children add (usually few: they share most of their past), or, where a child adds
+    most of its sub-DAG, that child's cost less the classes it shares. The widest, not the
+    costliest: a list cell whose head is a kernel and whose tail is N views would re-walk all N.
 
     A class priced for the first time passes its parents on at once (depth first); a class that
     gets cheaper passes them to a queue taken in the order their classes were first priced,
     operands before readers, once the first pricing is done: each improvement wave then walks
-    a list once. Passed on depth first too, every cell of a stack improving in turn re-walked
-    the cells above it (unbind → op per piece → stack of 400 pieces: 2.3–4 s, 0.07 s this way;
-    the same choices).
+    a list once (depth first, every cell of a stack improving in turn would re-walk the cells
+    above it).
 
     A union's price sums ``paid`` over the classes it adds or shares (:func:`_price`); a free
     class (a view, an input) pays exactly EPSILON, so those are counted in C (``bit_count``) and
-    only the classes whose node weighs something (``costly``) are walked one by one. A list cell
-    joining a batched member (a select of one fused kernel over all N inputs and weights) to a
-    tail still written member by member adds and shares O(N) classes, nearly all free: walked
-    bit by bit, N such cells made extraction quadratic in the width (800 towers: 0.93 -> 0.55 s,
-    the same choices)."""
+    only the classes whose node weighs something (``costly``) are walked one by one: a list cell
+    joining a batched member to a tail still written member by member adds and shares O(N)
+    classes, nearly all free, and walked bit by bit N such cells are quadratic in the width."""
     parents: dict[int, list[int]] = defaultdict(list)
     kid_sets = [set(ks) for ks in kids]  # (a node is visited again whenever a child improves)
     for n, ks in enumerate(kid_sets):
@@ -173,7 +167,7 @@ def _greedy_dag(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[
         cost += own[n] + EPSILON
         if cls not in total or cost < total[cls] - 1e-12:
             # a tie settled by bytes alone is not passed up: on a long chain every such tie
-            # re-walked all ancestors (quadratic; the parents' totals are off by bytes only)
+            # would re-walk all ancestors (quadratic; the parents' totals are off by bytes only)
             ties = cls in total and cost > total[cls] - EPSILON / 2
             total[cls], mask[cls], width[cls], paid[cls], choice[cls] = cost, used | bit, size + 1, own[n] + EPSILON, n
             costly = costly | bit if own[n] else costly & ~bit
@@ -255,9 +249,9 @@ def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[li
     it: for each class alone the fused op (a linear and two cats) costs more than its own linear.
 
     Groups are taken largest first. Fused classes whose views cover the same classes are
-    alternatives, and the cheapest to build of them wins: eight linears of one weight on eight
-    inputs are selects of a baddbmm over stacked weights, and of one linear over the stacked
-    inputs, which the first found (the baddbmm) used to take."""
+    alternatives, and the cheapest to build of them wins, not the first found: eight linears of
+    one weight on eight inputs are selects of a baddbmm over stacked weights, and of one linear
+    over the stacked inputs."""
     order = _postorder(roots, choice, kids)
     groups: dict[int, dict[int, int]] = {}  # unextracted class -> {extracted class: its view of it}
     for cls in order:
@@ -299,7 +293,7 @@ def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[
     """What computing ``cls`` adds to the extracted graph, built from extracted classes with at
     most ``depth`` ops; the nodes picked go into ``plan``. ``log``: the classes added to the plan,
     in order, so that a candidate that loses is taken out again without copying the plan (a
-    copy per candidate made a stack of 400 inputs quadratic: 0.2 of 0.8 s of extraction)."""
+    copy per candidate is quadratic in a stack's width)."""
     if log is None:
         log = []
     if cls in visiting:  # on the way here (the plan holds those too), or excluded by the caller
@@ -358,9 +352,9 @@ def _reaches(starts: Collection[int], targets: Collection[int], choice: dict[int
     """Whether any of ``targets`` is below (or is) any of ``starts`` in the extracted DAG
     (``order``: its post-order), or may be: one walk from every start, which skips classes before
     every target in post-order (they cannot reach one) and answers yes after
-    :data:`_REACH_VISITS` classes per start. A yes only forgoes a switch; exhaustive walks made
-    ``_share`` quadratic on e-graphs cut short by a budget (chain N=600: 29 s), and a walk per
-    start and target made ``_fuse`` quadratic in a stack's width (800 inputs: 1.9M walks)."""
+    :data:`_REACH_VISITS` classes per start. A yes only forgoes a switch; exhaustive walks make
+    ``_share`` quadratic on e-graphs cut short by a budget, and a walk per start and target
+    makes ``_fuse`` quadratic in a stack's width."""
     seen, stack = set(starts), list(starts)
     floor, budget = min(order[t] for t in targets), _REACH_VISITS * len(stack)
     while stack:

@@ -22,9 +22,9 @@ import torch.fx as fx
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from optimus_egg import rewrites
-from optimus_egg.extract.select import input_device
-from optimus_egg.extract.tune import load_profile
 from optimus_egg.cleanup import scatter_input_stacks
+from optimus_egg.extract.profile import load_profile
+from optimus_egg.extract.select import input_device
 from optimus_egg.fake_values import call_key, propagate
 from optimus_egg.options import Options
 from optimus_egg.pipeline import optimize_graph

@@ -16,7 +16,8 @@ import torch
 import torch.fx as fx
 
 from optimus_egg import fake_values, optable
-from optimus_egg.emit import MAX_SCATTERED, Emitter
+from optimus_egg.emit import Emitter
+from optimus_egg.extract.fusion import MAX_SCATTERED
 from optimus_egg.frontend import mutated_storages
 from optimus_egg.optable import static_int, storage_key, val
 from optimus_egg.outputs import keep_aliasing
@@ -274,7 +275,7 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     or with none, and the layers' kernels stop repeating (each a C++ build of its own). One
     kernel, which Inductor computes where the matmul reads it, changes only that kernel; each
     element of it tests which slot it is in, one compare per input (hence
-    :data:`~optimus_egg.emit.MAX_SCATTERED`). Returns the stacks replaced (erased), each by its
+    :data:`~optimus_egg.extract.fusion.MAX_SCATTERED`). Returns the stacks replaced (erased), each by its
     last scatter."""
     aten = torch.ops.aten
     replaced: dict[fx.Node, fx.Node] = {}

@@ -120,7 +120,7 @@ def rules(args: argparse.Namespace) -> int:
 
 
 def tune(args: argparse.Namespace) -> int:
-    from optimus_egg.extract import tune as tuning
+    from optimus_egg import tune as tuning
 
     print(tuning.run(args))
     return 0
@@ -144,7 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     harness.add_arguments(sub.add_parser("bench", help="the benchmark zoo under eager, inductor, inductor "
                                          "+ Optimus and optimus_egg, side by side"))
     commands["bench"] = harness.main
-    from optimus_egg.extract import tune as tuning
+    from optimus_egg import tune as tuning
 
     tuning.add_arguments(sub.add_parser("tune", help="time each op category on this device and write a "
                                         "cost profile (cost_profile=PATH)"))

@@ -1,81 +1,25 @@
 """The e-graph engine: egglog's low-level bindings driven with program text.
 
-Building through egglog's high-level Python API costs ~0.3–0.5 ms per node and goes quadratic on
-shared subterms (see shared/reference/egglog.md); one text program parsed and run in Rust is
-linear. This module is the only one that touches ``egglog.bindings``.
+Building through egglog's high-level Python API goes quadratic on shared subterms; one text
+program parsed and run in Rust is linear. This module is the only one that drives
+``egglog.bindings`` (loaded by :mod:`optimus_egg.egglog_bindings`).
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import math
 import os
-import sys
 import tempfile
 import threading
 import time
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any, Callable, NamedTuple, Sequence
 
+from optimus_egg.egglog_bindings import bindings
 from optimus_egg.ir import CONSTRUCTORS, CONSTRUCTORS_SORT, DECLARATIONS, Term
 from optimus_egg.rewrites import STAGES, Family, Written, all_family_names
-
-
-def _load_bindings() -> ModuleType:
-    """egglog's compiled bindings, without running ``egglog/__init__.py``.
-
-    The package's ``__init__`` imports egglog's high-level API (and black, for pretty-printing):
-    0.12–0.25 s before a process's first compile, for modules this one never uses (the extension
-    alone loads in ~20 ms). So the extension next to that ``__init__`` is loaded by hand, and a
-    later ``import egglog`` is handed that same module (:class:`_Loaded`): egglog 14's extension
-    panics when it is initialized twice in one process (``SetLoggerError``), and the package's
-    ``bindings`` attribute is set only by a real load. Another layout or loader falls back to the
-    plain import.
-    """
-    if "egglog" not in sys.modules and "egglog.bindings" not in sys.modules:
-        try:
-            package = importlib.util.find_spec("egglog")
-            spec = importlib.machinery.PathFinder.find_spec("egglog.bindings", package.submodule_search_locations)
-            if isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
-                module = importlib.util.module_from_spec(spec)
-                spec.loader.exec_module(module)
-                sys.meta_path.insert(0, _Loaded(module))
-                return module
-        except Exception:  # noqa: BLE001 - any surprise: the plain import below
-            pass
-        finally:
-            sys.modules.pop("egglog.bindings", None)  # CPython registers single-phase extensions
-    from egglog import bindings
-
-    return bindings
-
-
-class _Loaded(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    """Finds ``egglog.bindings`` once, as the module already loaded: the import system then runs
-    no module initialization again and sets it on the package as a load of its own would."""
-
-    def __init__(self, module: ModuleType) -> None:
-        self.module = module
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "egglog.bindings":
-            return None
-        sys.meta_path.remove(self)
-        return importlib.util.spec_from_loader(name, self, origin=self.module.__spec__.origin)
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        return self.module
-
-    def exec_module(self, module: ModuleType) -> None:
-        """Initialized when it was loaded."""
-
-
-bindings = _load_bindings()
 
 _LOAD = "load"
 #: Rulesets: one per rule stage (optimus_egg.rewrites.STAGES).
@@ -188,8 +132,7 @@ class SaturationStats:
 
 
 class ENode(NamedTuple):
-    """One e-node (a tuple: built by the thousand in ``freeze``, a third of its time as a frozen
-    dataclass)."""
+    """One e-node (a tuple rather than a dataclass: ``freeze`` builds them by the thousand)."""
 
     op: str
     children: tuple[Any, ...]  # class ids (int) for T/TList arguments, Python values for literals
@@ -219,9 +162,8 @@ def _idle() -> OrderedDict[str, Any]:
 def _lend(program: str) -> Any:
     """An egglog engine that has run ``program`` (sorts, functions, rules), with ``(push)`` taken.
 
-    Running the declarations and ~100 rules costs ~30 ms (egglog compiles every rule), the same
-    for every compile: a tenth of the optimizer's time on the 100-block chain. So an engine is
-    reused: ``(pop)`` when its EGraph is collected (``_give_back``) restores the whole database as
+    Running the declarations and rules costs the same for every compile (egglog compiles every
+    rule), so an engine is reused: ``(pop)`` when its EGraph is collected (``_give_back``) restores the whole database as
     it was after the program (tables, union-find, id counters: the next graph is numbered as in a
     fresh engine). Per thread: ``bindings.EGraph`` is unsendable (pyo3 panics on another thread).
     """
@@ -403,7 +345,7 @@ class EGraph:
         of time in the seed stage, it runs no round).
 
         Rows go in as tables, not commands: each top-level egglog command costs time that grows
-        with the e-graph (building 600 blocks one ``union`` at a time took seconds), while
+        with the e-graph, while
         ``input`` of a tab-separated file plus one loader rule per constructor (``_LOADERS``)
         inserts every row in one set-at-a-time step.
         """
@@ -427,7 +369,7 @@ class EGraph:
         :data:`_CHUNK` iterations: whether the fixpoint was reached before ``deadline``. A
         fixpoint cut short is sound: every state it passes through is one the whole run passes
         through, and the seed and analysis rules' facts are never wrong, only missing (a list
-        800 pieces long takes 800 iterations to walk)."""
+        takes an iteration per cell to walk)."""
         while True:
             report = self._run(f"(run {ruleset} {_CHUNK})")[0].report
             _count(report, matches)
@@ -441,8 +383,8 @@ class EGraph:
         return dict(self._run("(print-size)")[0].sizes)
 
     def _check_rows(self, counts: dict[str, int]) -> None:
-        """egglog 13.2 can silently merge distinct terms that differ in literals (seen with
-        let-bound terms); never optimize on a graph that lost one."""
+        """egglog can silently merge distinct terms that differ in literals (an engine bug); never
+        optimize on a graph that lost one."""
         sizes = self._sizes()
         for op, expected in counts.items():
             if sizes.get(op, 0) != expected:
@@ -463,8 +405,7 @@ class EGraph:
         an overrun is a round that takes longer than predicted. The facts of every loaded term
         settle first, in chunks (:meth:`_fixpoint`: they walk every list as written, a cell per
         iteration). The first round, the first to see every term, is expected to take what
-        loading them took (measured on the chain benchmark with the facts settled in it: 0.15 s
-        vs 0.14 s at N=600, 0.013 s vs 0.014 s at N=100)."""
+        loading them took."""
         stats = SaturationStats(rule_matches=dict(self._seed_matches))
         start = time.perf_counter()
         clock = _Clock(min(start + budget.max_seconds, self._deadline))
@@ -499,9 +440,9 @@ class EGraph:
 
     def _round(self, ruleset: str, stats: SaturationStats, clock: "_Clock", settled: bool) -> bool | None:
         """Settle the facts (unless ``settled``: an analysis iteration that finds nothing still
-        costs ~10 ms on the 600-block chain's e-graph), run ``ruleset`` once; whether anything
-        changed (None: no time left). One command: the analysis run from Python one iteration at
-        a time (to read the clock in between) made saturation 35% slower on that chain."""
+        costs time that grows with the e-graph), run ``ruleset`` once; whether anything changed
+        (None: no time left). One command: the analysis run from Python an iteration at a time,
+        to read the clock in between, is slower."""
         if clock.overruns(stats.enodes):
             return None
         began = time.perf_counter()

@@ -20,13 +20,6 @@ from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.frontend import Translation
 
-#: The most inputs :func:`optimus_egg.cleanup.scatter_input_stacks` scatters: each element of the
-#: scatter tests its slot once per input. Twice Inductor's own one-kernel cat
-#: (``config.max_pointwise_cat_inputs``, on GPUs): the concatenated weights of a model's parallel
-#: linears are often a few more than 8. (Defined here because ``extract.inductor`` imports it
-#: from here; it belongs with the pass.)
-MAX_SCATTERED = 16
-
 #: What AOTAutograd reads off a Dynamo graph (with each placeholder's ``_dynamo_source``) to know
 #: which inputs are parameters, static for the whole run. A graph without them is taken for an
 #: exported one whose inputs are all ordinary: the min-cut partitioner then saves views of the

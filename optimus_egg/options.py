@@ -11,7 +11,7 @@ from typing import Any
 from optimus_egg import rewrites
 from optimus_egg.egraph import Budget, check_rules
 from optimus_egg.extract import select
-from optimus_egg.extract.tune import load_profile
+from optimus_egg.extract.profile import load_profile
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
 from optimus_egg.extract.cost import CostModel
 from optimus_egg.extract.dag import Dag, Fact, class_facts
-from optimus_egg.extract.tune import weights_for
+from optimus_egg.extract.profile import weights_for
 from optimus_egg.frontend import Translation, translate
 from optimus_egg.guards import refuse_others
 from optimus_egg.ir import Term

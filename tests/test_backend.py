@@ -339,7 +339,7 @@ def test_the_backward_pass_uuid_covers_a_cost_profiles_weights_and_a_rule_files_
     A rule file's written relations are Python: any change to the file is a new uuid."""
     from optimus_egg import rewrites
     from optimus_egg.backend import BackwardPass
-    from optimus_egg.extract.tune import Profile
+    from optimus_egg.extract.profile import Profile
 
     profile, rules = tmp_path / "profile.json", tmp_path / "rules.py"
     uuids = []

@@ -9,7 +9,7 @@ from optimus_egg.bench.backends import (
     optimus_config,
     rules_backend,
 )
-from optimus_egg.bench.harness import dynamo_graph, eager_equivalent
+from optimus_egg.bench.steps import dynamo_graph, eager_equivalent
 from optimus_egg.rewrites import all_family_names
 
 from tests.helpers import Fn

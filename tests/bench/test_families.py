@@ -5,7 +5,7 @@ pre-grad pass the model is for matches it."""
 import pytest
 import torch
 from optimus_egg import optimize
-from optimus_egg.bench import harness
+from optimus_egg.bench import harness, steps
 from optimus_egg.bench.backends import backends
 from optimus_egg.bench.families import TARGETS, families
 from optimus_egg.bench.zoo import zoo
@@ -106,7 +106,7 @@ def test_optimus_pre_grad_pass_matches_the_model(name):
     optimus = next(b for b in backends() if b.optimus)
     model, inputs = FAMILIES[name]()
     torch._dynamo.reset()  # the models share Plumbed.forward: one Dynamo cache entry each
-    gm, example_inputs = harness.dynamo_graph(model, inputs, train=False)
+    gm, example_inputs = steps.dynamo_graph(model, inputs, train=False)
     before = dict(counters["inductor"])
     if name in OPTIMUS_FAILS:
         with pytest.raises(OPTIMUS_FAILS[name]):

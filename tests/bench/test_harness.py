@@ -1,22 +1,18 @@
-"""The harness: argument parsing, comparison, timing rounds, progress, and one tiny end-to-end
-run that writes JSON, Markdown and PNG plots."""
+"""The harness: argument parsing, progress, one tiny end-to-end run that writes JSON, Markdown
+and PNG plots, and ``--out`` without matplotlib."""
 
 import argparse
 import io
 import json
+import sys
 
 import pytest
 import torch
 from optimus_egg.bench import harness
 from optimus_egg.bench.backends import backends
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.harness import (
-    Progress,
-    Result,
-    Settings,
-    compare,
-    interleaved_times,
-)
+from optimus_egg.bench.harness import Progress
+from optimus_egg.bench.steps import MODES, Settings
 from optimus_egg.bench.zoo import zoo
 
 from optimus_egg import cli
@@ -40,7 +36,7 @@ def test_arguments_repeat_and_split_on_commas():
                                           "--rules split_cat,pointwise --modes training")
     defaults = parse()
     assert list(harness.select_models(defaults.models, False)) == list(zoo())
-    assert harness.select_modes(defaults.modes) == harness.MODES
+    assert harness.select_modes(defaults.modes) == MODES
     assert harness.command_line(defaults) == "optimus-egg bench"
 
 
@@ -53,26 +49,6 @@ def test_arguments_repeat_and_split_on_commas():
 def test_bad_values_exit_2_before_compiling_anything(argv, message, capsys):
     assert cli.main(["bench", *argv]) == 2
     assert message in capsys.readouterr().err
-
-
-def test_compare_checks_values_shapes_and_missing_grads():
-    a = Result([torch.ones(3)], [torch.zeros(2), None])
-    assert compare(a, a, 1e-4, 1e-5) == (True, 0.0)
-    off = Result([torch.ones(3) + 1e-3], [torch.zeros(2), None])
-    ok, err = compare(off, a, 1e-4, 1e-5)
-    assert not ok and err == pytest.approx(1e-3, rel=1e-3)
-    assert compare(Result([torch.ones(4)], a.grads), a, 1e-4, 1e-5) == (False, None)
-    assert not compare(Result(a.outputs, [torch.zeros(2), torch.zeros(1)]), a, 1e-4, 1e-5)[0]
-
-
-def test_interleaved_rounds_rotate_and_take_medians():
-    order = []
-    steps = {k: (lambda k=k: order.append(k)) for k in "abc"}
-    settings = Settings(reps=3, warmup=0, target_sample_s=0.0)
-    times = interleaved_times(steps, Device("cpu"), settings)
-    assert set(times) == set("abc") and all(t >= 0 for t in times.values())
-    timed = order[3:]  # after one calibration call each
-    assert timed == list("abc" "bca" "cab")
 
 
 def test_progress_counts_steps_in_plain_lines():
@@ -137,3 +113,21 @@ def test_a_model_that_draws_is_measured_but_not_compared():
                           command="test", stream=io.StringIO())
     (row,) = results["rows"]
     assert row["equal"] is None and row["error"] is None and row["details"]["not compared"]
+
+
+def test_out_without_matplotlib_says_so_before_the_run_and_writes_the_tables(tmp_path, monkeypatch, capsys):
+    """The plots were drawn after the whole suite: without matplotlib the run died there, lost."""
+    from tests.bench.test_report import _results, _row
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` fails, as uninstalled
+    said_before_the_run = []
+
+    def run(*args, **kwargs):  # the suite, not run: its results, as measured
+        said_before_the_run.append(capsys.readouterr().err)
+        return _results(_row("inductor", 6, 3, 10), _row("optimus_egg", 5, 3, 9))
+
+    monkeypatch.setattr(harness, "run", run)
+    assert harness.main(parse("--models", "dlrm", "--backends", "inductor,optimus_egg", "--out", str(tmp_path))) == 0
+    (said,) = said_before_the_run
+    assert "matplotlib is not installed" in said and "pip install 'optimus_egg[bench]'" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]

@@ -1,6 +1,6 @@
 """The side-by-side table: figures per backend, Optimus's verdict, and where optimus_egg is above."""
 
-from optimus_egg.bench.harness import Row
+from optimus_egg.bench.steps import Row
 from optimus_egg.bench.report import markdown, side_by_side
 
 

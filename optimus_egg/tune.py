@@ -6,79 +6,33 @@ shapes: a small matmul on a GPU costs a few pointwise launches, a layer norm on 
 :func:`tune` times one representative op per category at a set of shapes (a standard set, or
 the shapes of a model's graph), fits each category's weight as its time relative to a
 pointwise launch (geometric mean over the shapes), and returns a
-:class:`Profile`; ``save`` writes it as JSON, and ``optimize(..., cost_profile=PATH)`` loads it.
+:class:`~optimus_egg.extract.profile.Profile`; ``save`` writes it as JSON, and
+``optimize(..., cost_profile=PATH)`` loads it.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
-import warnings
 from collections import Counter
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
 
+from optimus_egg.bench import models
+from optimus_egg.bench.zoo import zoo
+from optimus_egg.cli_options import positive_int
 from optimus_egg.extract.cost import CATEGORIES
+from optimus_egg.extract.profile import Profile
+from optimus_egg.optable import val
+from optimus_egg.pipeline import capture
 
-VERSION = 1
 #: (rows, cols) of the tensors the representatives run on when no model is given: launch-bound
 #: (recommendation-sized) up to bandwidth-bound.
 STANDARD_SHAPES = ((64, 64), (256, 256), (1024, 1024))
-
-
-@dataclass
-class Profile:
-    device: str
-    weights: dict[str, float]  # category -> cost of one launch, in pointwise launches
-    seconds: dict[str, list[float]] = field(default_factory=dict)  # category -> seconds per shape
-    shapes: list[list[int]] = field(default_factory=list)
-    torch: str = torch.__version__
-    version: int = VERSION
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(asdict(self), indent=2) + "\n")
-
-
-def load_profile(path: str | Path) -> Profile:
-    """Read a profile written by :meth:`Profile.save`; anything else is a clear error."""
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"cost profile {str(p)!r} does not exist (write one with `optimus-egg tune --out PATH`)")
-    try:
-        data = json.loads(p.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"cost profile {str(p)!r} is not JSON: {exc}") from None
-    if not isinstance(data, dict) or data.get("version") != VERSION:
-        raise ValueError(f"cost profile {str(p)!r} is not a version-{VERSION} optimus_egg profile")
-    weights = data.get("weights")
-    if not isinstance(weights, dict) or not weights:
-        raise ValueError(f"cost profile {str(p)!r} has no 'weights' object")
-    unknown = sorted(set(weights) - set(CATEGORIES))
-    if unknown:
-        raise ValueError(f"cost profile {str(p)!r}: unknown categories {unknown}; valid: {', '.join(CATEGORIES)}")
-    for name, w in weights.items():
-        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
-            raise ValueError(f"cost profile {str(p)!r}: weight {name!r} must be a finite number >= 0, got {w!r}")
-    return Profile(device=str(data.get("device", "?")), weights={k: float(v) for k, v in weights.items()},
-                   seconds=data.get("seconds", {}), shapes=data.get("shapes", []),
-                   torch=str(data.get("torch", "?")))
-
-
-def weights_for(path: str | Path, device: str) -> dict[str, float]:
-    """A profile's weights for a graph on ``device`` (``cpu``/``cuda``), with a warning when the
-    profile was tuned on another: the weights price that device's kernels, silently misapplied."""
-    profile = load_profile(path)
-    if profile.device != device:
-        warnings.warn(f"optimus_egg: cost profile {str(path)!r} was tuned on {profile.device}, this graph runs "
-                      f"on {device}: its weights are used as they are (`optimus-egg tune` on this device fits "
-                      "its own)", UserWarning, stacklevel=2)
-    return profile.weights
 
 
 def representatives(rows: int, cols: int, device: str) -> dict[str, Callable[[], Any]]:
@@ -146,9 +100,6 @@ def fit(seconds: dict[str, list[float]]) -> dict[str, float]:
 def model_shapes(model: torch.nn.Module, example_inputs: tuple[Any, ...], limit: int = 3) -> list[tuple[int, int]]:
     """The most common tensor shapes in a model's graph, as (rows, cols) with the leading
     dims folded into rows."""
-    from optimus_egg.optable import val
-    from optimus_egg.pipeline import capture
-
     gm = capture(model, example_inputs)
     counts: Counter[tuple[int, int]] = Counter()
     for node in gm.graph.nodes:
@@ -187,14 +138,7 @@ def tune(shapes: list[tuple[int, int]] | None = None, device: str | None = None,
 
 
 def _benchmark_models() -> dict[str, Callable[[], tuple[torch.nn.Module, tuple[Any, ...]]]]:
-    from optimus_egg.bench import models
-
-    out = {"chain": models.chain(12), "rec_demo": models.rec_demo()}
-    try:
-        from optimus_egg.bench.zoo import zoo
-    except ImportError:  # pragma: no cover - the zoo ships with the package
-        return out
-    return {**out, **zoo(quick=True)}
+    return {"chain": models.chain(12), "rec_demo": models.rec_demo(), **zoo(quick=True)}
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -209,8 +153,6 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 
 def add_arguments(parser: Any) -> None:
-    from optimus_egg.cli_options import positive_int  # (cli_options imports the pipeline, which imports this)
-
     parser.add_argument("--out", default="optimus_egg_profile.json", help="where to write the profile (JSON; default: %(default)s)")
     parser.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when present, else cpu")
     parser.add_argument("--shapes", help="ROWSxCOLS,... to time at (default: "

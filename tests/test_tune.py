@@ -9,8 +9,9 @@ import torch.nn.functional as F
 
 from optimus_egg import optimize
 from optimus_egg.cli import main
-from optimus_egg.extract import tune
+from optimus_egg import tune
 from optimus_egg.extract.cost import CATEGORIES
+from optimus_egg.extract.profile import Profile, load_profile
 from tests.helpers import Fn
 
 W = torch.randn(8, 8)
@@ -23,7 +24,7 @@ def _model():
 def test_tune_writes_a_profile_that_changes_the_cost_weights(tmp_path):
     path = tmp_path / "profile.json"
     assert main(["tune", "--shapes", "4x8,8x16", "--repeats", "1", "--inner", "2", "--out", str(path)]) == 0
-    profile = tune.load_profile(path)
+    profile = load_profile(path)
     assert profile.device == "cpu" and profile.shapes == [[4, 8], [8, 16]]
     assert set(profile.weights) == set(CATEGORIES) and profile.weights["pointwise"] == 1
     assert all(w > 0 for w in profile.weights.values())
@@ -60,7 +61,7 @@ def test_bad_profiles_are_clear_errors(tmp_path, content, message):
     if content is not None:
         path.write_text(content)
     with pytest.raises(ValueError, match=message):
-        tune.load_profile(path)
+        load_profile(path)
     model, inputs = _model()
     with pytest.raises(ValueError, match=message):
         optimize(model, inputs, cost_profile=str(path))
@@ -109,7 +110,7 @@ def test_a_profile_tuned_on_another_device_warns(tmp_path):
     model, inputs = _model()
     for device in ("cpu", "cuda"):
         path = tmp_path / f"{device}.json"
-        tune.Profile(device, {"pointwise": 1.0, "matmul": 3.0}).save(path)
+        Profile(device, {"pointwise": 1.0, "matmul": 3.0}).save(path)
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             _, report = optimize(model, inputs, cost_profile=str(path))

@@ -1,0 +1,26 @@
+"""One step under one backend: comparison with eager and interleaved timing rounds."""
+
+import pytest
+import torch
+from optimus_egg.bench.device import Device
+from optimus_egg.bench.steps import Result, Settings, compare, interleaved_times
+
+
+def test_compare_checks_values_shapes_and_missing_grads():
+    a = Result([torch.ones(3)], [torch.zeros(2), None])
+    assert compare(a, a, 1e-4, 1e-5) == (True, 0.0)
+    off = Result([torch.ones(3) + 1e-3], [torch.zeros(2), None])
+    ok, err = compare(off, a, 1e-4, 1e-5)
+    assert not ok and err == pytest.approx(1e-3, rel=1e-3)
+    assert compare(Result([torch.ones(4)], a.grads), a, 1e-4, 1e-5) == (False, None)
+    assert not compare(Result(a.outputs, [torch.zeros(2), torch.zeros(1)]), a, 1e-4, 1e-5)[0]
+
+
+def test_interleaved_rounds_rotate_and_take_medians():
+    order = []
+    steps = {k: (lambda k=k: order.append(k)) for k in "abc"}
+    settings = Settings(reps=3, warmup=0, target_sample_s=0.0)
+    times = interleaved_times(steps, Device("cpu"), settings)
+    assert set(times) == set("abc") and all(t >= 0 for t in times.values())
+    timed = order[3:]  # after one calibration call each
+    assert timed == list("abc" "bca" "cab")
