@@ -30,18 +30,17 @@ from typing import Any, Callable, Protocol
 
 import torch
 
+from optimus_egg.calls import Call, Registry
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.dag import Dag, Fact, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, from_list
-from optimus_egg.optable import FREE_CONSTRUCTORS, OPS, Call, Kind, Registry
+from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, OPS, Kind
 
 #: Op categories, each with its own weight. ``copy`` is a kernel that only moves data (a cat
 #: piece written into its slot); ``extern`` is any other call Inductor hands to a library or falls
 #: back to ATen for.
 CATEGORIES = ("pointwise", "reduction", "matmul", "cat", "copy", "extern")
 
-MATMUL = frozenset({"linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "einsum", "conv1d", "conv2d",
-                    "scaled_dot_product_attention"})
 REDUCTION = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "softmax",
                        "log_softmax", "layer_norm", "group_norm", "max", "min", "argmax", "argmin",
                        "normalize", "cosine_similarity"})
@@ -66,9 +65,9 @@ def category(call: Call) -> str:
         return "pointwise"
     if call.name in REDUCTION:
         return "reduction"
-    if call.name in MATMUL:
+    if call.name in CONTRACTIONS:
         return "matmul"
-    if call.name in ("cat", "concat", "concatenate", "stack"):
+    if call.name in CATS:
         return "cat"
     return "extern"
 

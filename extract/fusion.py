@@ -47,10 +47,11 @@ from typing import Any
 
 from torch.utils import _pytree as pytree
 
+from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import Term
-from optimus_egg.optable import FREE_CONSTRUCTORS, MATMULS, Registry, Slot
+from optimus_egg.optable import FREE_CONSTRUCTORS, MATMULS
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Callable
 
+from optimus_egg.calls import Registry
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.cost import _weights, list_classes
 from optimus_egg.extract.dag import Dag, Fact
 from optimus_egg.extract.fusion import Prediction, kind_of, predict
 from optimus_egg.ir import CONSTRUCTORS
-from optimus_egg.optable import Registry
 
 
 class InductorCost:

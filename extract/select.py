@@ -16,6 +16,7 @@ from typing import Any
 import torch
 import torch.fx as fx
 
+from optimus_egg.calls import Registry
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import greedy_dag, ilp
 from optimus_egg.extract.cost import CostModel, KernelCost, MemoryCost
@@ -24,7 +25,7 @@ from optimus_egg.extract.greedy_dag import Extraction
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.frontend import Translation
 from optimus_egg.ir import Term
-from optimus_egg.optable import Registry, val
+from optimus_egg.nodes import val
 
 COST_MODELS = {"eager": KernelCost, "inductor": InductorCost, "memory": MemoryCost}
 EXTRACTORS = ("greedy", "ilp", "compare")

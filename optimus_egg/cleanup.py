@@ -15,21 +15,20 @@ from typing import Any
 import torch
 import torch.fx as fx
 
-from optimus_egg import fake_values, optable
+from optimus_egg import calls, effects, fake_values, ir, optable
+from optimus_egg.aten import ATEN_CALLS, aten_stack, is_aten
+from optimus_egg.effects import storage_key
 from optimus_egg.emit import Emitter
 from optimus_egg.extract.fusion import MAX_SCATTERED
 from optimus_egg.frontend import mutated_storages
-from optimus_egg.optable import static_int, storage_key, val
+from optimus_egg.nodes import static_int, val
 from optimus_egg.outputs import keep_aliasing
 
 #: The positional arity of the slicing calls :func:`split_tilings` groups.
 _VIEW_ARITY = {torch.narrow: 4, torch.select: 3}
 
-#: Ops that copy their inputs into one new tensor: :func:`sink_input_stacks` moves them.
-_STACKING = frozenset({"cat", "concat", "concatenate", "stack"})
 
-
-def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[optable.Term, int],
+def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
           disjoint_outputs: bool) -> tuple[list[Any], list[fx.Node]]:
     """Every clean-up pass on what ``emitter`` wrote (``roots``: the output classes' nodes), in
     order: the torch-level passes, the outputs' aliasing repair (:func:`outputs.keep_aliasing`,
@@ -45,11 +44,11 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[optable.Term, in
     regrouped.update(doubled)
     sink_input_stacks(graph)
     outs = iter([regrouped.get(n, n) for n in roots])
-    leaves = [next(outs) if isinstance(x, optable.Term) else x for x in emitter.tr.outputs]
+    leaves = [next(outs) if isinstance(x, ir.Term) else x for x in emitter.tr.outputs]
     before = set(graph.nodes)
     leaves = keep_aliasing(emitter, leaves, classes, disjoint_outputs)
-    copies = [n for n in graph.nodes if n not in before and optable.launches(n)]
-    if optable.is_aten(emitter.gm.graph):
+    copies = [n for n in graph.nodes if n not in before and calls.launches(n)]
+    if is_aten(emitter.gm.graph):
         replaced = to_aten(graph)
         replaced.update(stack_untransposed(graph))
         replaced.update(scatter_input_stacks(graph))
@@ -183,10 +182,10 @@ def sink_input_stacks(graph: fx.Graph) -> None:
     an ATen op: its schema says what it writes) that writes nothing are reordered, so nothing
     an input is read from changes."""
     nodes = list(graph.nodes)
-    built = {call.target for call in optable.BUILT.values()}
+    built = {call.target for call in calls.BUILT.values()}
     if not all(n.op in ("placeholder", "get_attr", "output")
                or ((n.target in built or optable.lookup(n) is not None
-                    or isinstance(n.target, torch._ops.OpOverload)) and not optable.is_inplace(n))
+                    or isinstance(n.target, torch._ops.OpOverload)) and not effects.is_inplace(n))
                for n in nodes):
         return
     inputs_only: set[fx.Node] = set()  # computed from the inputs by views, cats and stacks alone
@@ -196,7 +195,7 @@ def sink_input_stacks(graph: fx.Graph) -> None:
             inputs_only.add(n)
             continue
         op = optable.lookup(n)
-        kind = None if op is None else ("stack" if op.name in _STACKING else op.kind)
+        kind = None if op is None else ("stack" if op.name in optable.CATS else op.kind)
         if kind in ("stack", optable.Kind.VIEW) and all(a in inputs_only for a in n.all_input_nodes):
             inputs_only.add(n)
             if kind == "stack" or any(a in stacked for a in n.all_input_nodes):
@@ -210,12 +209,12 @@ def sink_input_stacks(graph: fx.Graph) -> None:
 
 
 def to_aten(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
-    """Every torch-level call written here in its ATen spelling (``optable.ATEN_CALLS``): a
+    """Every torch-level call written here in its ATen spelling (``aten.ATEN_CALLS``): a
     graph that was ATen (Inductor's post-grad graphs) is lowered op by op, and a
     ``torch.narrow`` has no lowering. Returns what replaced each call."""
     replaced: dict[fx.Node, fx.Node] = {}
     for n in list(graph.nodes):
-        lower = optable.ATEN_CALLS.get(n.target) if n.op == "call_function" else None
+        lower = ATEN_CALLS.get(n.target) if n.op == "call_function" else None
         if lower is None:
             continue
         with graph.inserting_before(n):
@@ -226,8 +225,8 @@ def to_aten(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         for user in new.users:  # a tuple's projections read the new tuple's values
             if user.target is operator.getitem:
                 user.meta.pop("val", None)
-    if not optable.is_aten(graph):
-        raise RuntimeError("a call the emitter wrote has no ATen spelling (optable.ATEN_CALLS)")
+    if not is_aten(graph):
+        raise RuntimeError("a call the emitter wrote has no ATen spelling (aten.ATEN_CALLS)")
     return replaced
 
 
@@ -251,7 +250,7 @@ def stack_untransposed(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         if None in pieces or all(p.op == "placeholder" for p in pieces):
             continue
         with graph.inserting_before(cat):
-            new = graph.call_function(aten.permute.default, (optable.aten_stack(graph, pieces, 0), [0, 2, 1]))
+            new = graph.call_function(aten.permute.default, (aten_stack(graph, pieces, 0), [0, 2, 1]))
         cat.replace_all_uses_with(new)
         unread = dict.fromkeys([*cat.args[0], *(x.args[0] for x in cat.args[0])])  # readers first
         graph.erase_node(cat)
@@ -347,7 +346,7 @@ def _transposed_2d(node: Any) -> fx.Node | None:
         return None
     g = node.args[0] if node.args else None
     v = val(g) if isinstance(g, fx.Node) else None
-    if v is None or v.dim() != 2 or 1 in v.shape or not (g.op == "placeholder" or optable.launches(g)):
+    if v is None or v.dim() != 2 or 1 in v.shape or not (g.op == "placeholder" or calls.launches(g)):
         return None
     if (node.target == aten.t.default
             or node.target == aten.permute.default and [d % 2 for d in node.args[1]] == [1, 0]
@@ -369,5 +368,5 @@ def _only_extern_matmuls(node: fx.Node) -> bool:
         return (op := optable.lookup(u)) is not None and op.name in optable.MATMULS
 
     return bool(node.users) and all(
-        matmul(u) or (u.op == "call_function" and not optable.launches(u) and _only_extern_matmuls(u))
+        matmul(u) or (u.op == "call_function" and not calls.launches(u) and _only_extern_matmuls(u))
         for u in node.users)

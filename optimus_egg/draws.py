@@ -33,11 +33,10 @@ import torch.fx as fx
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
+from optimus_egg.calls import Call, Registry, Slot
 from optimus_egg.ir import Term, nil
-from optimus_egg.optable import Call, Registry, Slot, bind, is_tensor_node, lookup, static_shape, val
-
-#: Ops a dropout's result may be concatenated by (its token is then a slice of the cat's atom).
-_CATS = frozenset({"cat", "concat", "concatenate", "stack"})
+from optimus_egg.nodes import bind, is_tensor_node, static_shape, val
+from optimus_egg.optable import CATS, lookup
 
 
 def drawn_input(node: fx.Node) -> fx.Node | None:
@@ -108,7 +107,7 @@ class Tokens:
         """A cat or stack of dropouts of one kind, each read by this cat alone: each member's
         token is its slot of the cat's atom (member -> (cat, dim, start, length, stacked))."""
         op = lookup(node)
-        if op is None or op.name not in _CATS:
+        if op is None or op.name not in CATS:
             return
         b = bind(node, ("tensors", "seq"), ("dim", "axis"), defaults={"dim": 0})
         out = val(node)

@@ -15,7 +15,7 @@ import torch.fx as fx
 from torch.fx._lazy_graph_module import _LazyGraphModule
 from torch.utils import _pytree as pytree
 
-from optimus_egg import draws, fake_values, optable
+from optimus_egg import aten, calls, draws, effects, fake_values, ir, structural
 from optimus_egg.egraph import Frozen
 from optimus_egg.extract import Extraction
 from optimus_egg.frontend import Translation
@@ -69,7 +69,7 @@ class Emitter:
         # the values of an ATen graph's calls (fake_values.propagate): a post-grad backward is
         # mostly written back unchanged; a Dynamo graph, which the rules rewrite nearly whole, is
         # not indexed (indexing would cost more than it saves)
-        self.known = fake_values.known_values(gm.graph) if optable.is_aten(gm.graph) else None
+        self.known = fake_values.known_values(gm.graph) if aten.is_aten(gm.graph) else None
 
     def node_of(self, cls: int) -> Any:
         choice = self.ex.choice.get(cls)
@@ -87,7 +87,7 @@ class Emitter:
     def form(self, cls: int) -> tuple[str, list[int], tuple[Any, ...]]:
         """How a class is written back: (form, the classes it reads, literal arguments).
 
-        Forms are the structural calls of ``optable.STRUCTURAL_CALLS``, ``Input`` and ``Call``
+        Forms are the structural calls of ``structural.STRUCTURAL_CALLS``, ``Input`` and ``Call``
         (a registry key). ``Squeeze(Sl(x, d, i, 1), d)`` reads as ``select`` and a cat of pieces
         unsqueezed on its dim as ``stack``, so the inner view is never emitted on its own. A
         piece unflattened to ``(1, n)`` there is unsqueezed: ``cat([a.unflatten(1, (1, -1)),
@@ -149,9 +149,9 @@ class Emitter:
             return self.inputs[literals[0]]
         if form == "Call":
             call = self.tr.registry.calls[literals[0]]
-            n_slots = sum(isinstance(x, optable.Slot) for x in call.leaves)
+            n_slots = sum(isinstance(x, calls.Slot) for x in call.leaves)
             return call.emit(self.graph, inputs[:n_slots])  # anything after the slots is an effect token
-        return optable.emit_structural(self.graph, form, inputs, literals)
+        return structural.emit_structural(self.graph, form, inputs, literals)
 
 
     def emit(self, root_classes: list[int], effect_class: int | None) -> list[fx.Node]:
@@ -180,7 +180,7 @@ class Emitter:
         self.graph.output(pytree.tree_unflatten(leaves, self.tr.output_spec))
         return graph_module(self.gm, self.graph)
 
-    def value_of(self, old: fx.Node, classes: dict[optable.Term, int]) -> fx.Node:
+    def value_of(self, old: fx.Node, classes: dict[ir.Term, int]) -> fx.Node:
         """The new node that computes what ``old`` computed: its e-class, emitted if need be, as
         the original term wherever the extraction left a class out."""
         term = self.tr.terms.get(old)
@@ -191,7 +191,7 @@ class Emitter:
         fake_values.propagate(self.graph, self.gm, self.known)
         return node
 
-    def _choose_originals(self, term: optable.Term, classes: dict[optable.Term, int]) -> None:
+    def _choose_originals(self, term: ir.Term, classes: dict[ir.Term, int]) -> None:
         """Every class below ``term`` that the extraction did not choose gets the e-node of the
         original term: nothing chosen reads such a class, so this stays acyclic."""
         stack = [term]
@@ -202,21 +202,21 @@ class Emitter:
                 raise RuntimeError(f"cannot re-derive an output: {t.op} term has no e-class")
             if cls in self.ex.choice or cls in self._original:
                 continue
-            kids = tuple(classes.get(a, -1) if isinstance(a, optable.Term) else a for a in t.args)
+            kids = tuple(classes.get(a, -1) if isinstance(a, ir.Term) else a for a in t.args)
             node = next((i for i in self.eg.classes[cls]
                          if self.eg.nodes[i].op == t.op and self.eg.nodes[i].children == kids), None)
             if node is None:
                 raise RuntimeError(f"cannot re-derive an output: the original {t.op} e-node is gone")
             self._original[cls] = node
-            stack.extend(a for a in t.args if isinstance(a, optable.Term))
+            stack.extend(a for a in t.args if isinstance(a, ir.Term))
 
-    def as_written(self, old: fx.Node, classes: dict[optable.Term, int]) -> fx.Node:
+    def as_written(self, old: fx.Node, classes: dict[ir.Term, int]) -> fx.Node:
         """``old`` computed as the program wrote it: its nodes, down to the inputs, copied. Only
         in graphs that write nothing (a copy would move a read past a write). A call that must
-        run once (:func:`optimus_egg.optable.runs_once`) is not copied but read where it was
+        run once (:func:`optimus_egg.effects.runs_once`) is not copied but read where it was
         emitted: a copied dropout would draw a second mask, which the outputs computed from the
         first do not share (and move the generator on twice)."""
-        if any(optable.is_inplace(n) for n in self.gm.graph.nodes if n.op != "output"):
+        if any(effects.is_inplace(n) for n in self.gm.graph.nodes if n.op != "output"):
             raise RuntimeError(f"cannot recompute {old.name} as written in a graph that writes")
         needed, stack = set(), [old]
         while stack:
@@ -231,7 +231,7 @@ class Emitter:
             if n in self.tr.inputs:
                 copies[n] = self.inputs[self.tr.inputs.index(n)]
                 continue
-            if optable.runs_once(n):
+            if effects.runs_once(n):
                 copies[n] = self.value_of(n, classes)
                 continue
             copies[n] = self.graph.node_copy(n, copies.__getitem__)
@@ -239,7 +239,7 @@ class Emitter:
             fake_values.fake_run(copies[n], root=self.gm)
         return copies[old]
 
-    def mark_origins(self, classes: dict[optable.Term, int]) -> None:
+    def mark_origins(self, classes: dict[ir.Term, int]) -> None:
         """Tag every emitted node with the names of the original nodes whose value it computes
         (their terms ended in its e-class), as ``meta[ORIGIN]``: ``explain`` diffs graphs by it,
         and :func:`optimus_egg.post_grad.order_as_written` orders a backward by it."""

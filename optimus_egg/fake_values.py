@@ -17,7 +17,8 @@ from torch._dispatch.python import enable_python_dispatcher
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.utils import _pytree as pytree
 
-from optimus_egg.optable import identity_dropout, static_shape, storage_key, val
+from optimus_egg.effects import identity_dropout, storage_key
+from optimus_egg.nodes import static_shape, val
 
 
 def propagate(graph: fx.Graph, root: torch.nn.Module, known: dict[Any, list[Any]] | None = None) -> None:

@@ -20,9 +20,12 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from optimus_egg import draws, optable
+from optimus_egg import calls, draws, optable, structural
+from optimus_egg.calls import Registry
+from optimus_egg.effects import draws_random, runs_once, storage_key, written_arguments
 from optimus_egg.ir import ARGS, Term, as_list
-from optimus_egg.optable import Pieces, Registry, static_shape, storage_key, val
+from optimus_egg.nodes import static_shape, val
+from optimus_egg.structural import Pieces
 
 
 @dataclass
@@ -52,7 +55,7 @@ class Translation:
 def mutated_storages(graph: fx.Graph) -> set[Any]:
     """Storages written to by some node: their readers and writers are pinned in order. (An
     in-place call returns one of the arguments it writes: its result adds no storage.)"""
-    written = {storage_key(val(arg)) for node in graph.nodes for arg in optable.written_arguments(node)}
+    written = {storage_key(val(arg)) for node in graph.nodes for arg in written_arguments(node)}
     written.discard(None)
     return written
 
@@ -82,7 +85,7 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
 
     def opaque(node: fx.Node, op: optable.OpDef | None, effectful: bool) -> Term:
         nonlocal effects
-        call, args = optable.generic_call(node, op)
+        call, args = calls.generic_call(node, op)
         if effectful:
             call.constructor = "Op"
         terms = [_materialize(a, env) for a in args]
@@ -116,18 +119,18 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
         else:
             tr.nodes += 1
             op = optable.lookup(node)
-            random = optable.draws_random(node)
+            random = draws_random(node)
             touches = _touches(node, pinned_storages)
             drawn = draws.drawn_input(node) if tokens is not None and random and not touches else None
-            effectful = (touches or (optable.runs_once(node) and drawn is None) or (op is None and not node.users))
+            effectful = (touches or (runs_once(node) and drawn is None) or (op is None and not node.users))
             parsed = None
             if drawn is not None:
                 parsed = tokens.term(node, _materialize(drawn, env))
-            elif not effectful and op is not None and op.name in optable.STRUCTURAL:
+            elif not effectful and op is not None and op.name in structural.STRUCTURAL:
                 if op.name == "getitem" and isinstance(env.get(node.args[0]), Pieces):
                     parsed = _piece(node, env[node.args[0]])
                 else:
-                    parsed = optable.STRUCTURAL[op.name](node, term)
+                    parsed = structural.STRUCTURAL[op.name](node, term)
                 if isinstance(parsed, Pieces) and not _only_indexed(node):
                     parsed = None
             env[node] = parsed if parsed is not None else opaque(node, op, effectful)

@@ -15,8 +15,8 @@ from typing import Any, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import optable
-from optimus_egg.optable import static_int, val
+from optimus_egg import effects
+from optimus_egg.nodes import static_int, val
 
 
 def refuse_others(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: fx.Graph) -> None:
@@ -25,7 +25,7 @@ def refuse_others(gm: fx.GraphModule, example_inputs: Sequence[Any], captured: f
     that switches grad mode sets it back to the mode it was captured in, not the caller's. So
     do its deep copies: a GraphModule's deepcopy drops forward hooks, but runs its deepcopy
     hooks, which are copied along."""
-    grad = torch.is_grad_enabled() if any(optable.switches_mode(n) for n in gm.graph.nodes) else None
+    grad = torch.is_grad_enabled() if any(effects.switches_mode(n) for n in gm.graph.nodes) else None
     expected = (*_specialized(example_inputs, captured), grad)
     gm.register_forward_pre_hook(functools.partial(_check_inputs, expected))
     if hasattr(gm, "_register_deepcopy_hook"):  # torch >= 2.5

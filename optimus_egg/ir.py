@@ -5,7 +5,7 @@ views of their input, so that "pieces of one tensor" is visible to every rule wi
 multi-output projection. ``cat`` and ``stack`` are one constructor, ``Cat`` over a cons-list that
 carries the dim (a stack is a cat of unsqueezed pieces). Everything else is ``Unary``/``Binary``
 (elementwise, shape-preserving: rules may move them through slices and cats) or ``Op`` (any
-other call, kept exactly; its key names an entry of :mod:`optimus_egg.optable`'s registry).
+other call, kept exactly; its key names an entry of a :class:`~optimus_egg.calls.Registry`).
 """
 
 from __future__ import annotations

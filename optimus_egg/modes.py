@@ -22,7 +22,7 @@ from typing import Callable
 
 import torch.fx as fx
 
-from optimus_egg import optable
+from optimus_egg import effects
 from optimus_egg.emit import copy_input, graph_module
 from optimus_egg.frontend import mutated_storages
 
@@ -39,7 +39,7 @@ def zone(gm: fx.GraphModule) -> tuple[Segment, Segment, Segment] | None:
     does not restore the modes, a switch is not one of :data:`_PAIRS` or ``_set_grad_enabled``,
     or the graph writes to a tensor."""
     calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "get_attr", "output")]
-    switches = [i for i, n in enumerate(calls) if optable.switches_mode(n)]
+    switches = [i for i, n in enumerate(calls) if effects.switches_mode(n)]
     if not switches or mutated_storages(gm.graph):
         return None
     names = Counter(calls[i].target.__name__ for i in switches)

@@ -16,14 +16,15 @@ import torch.fx as fx
 from torch.fx.experimental.symbolic_shapes import statically_known_true
 from torch.utils import _pytree as pytree
 
-from optimus_egg import fake_values, optable
-from optimus_egg.optable import static_int, storage_key, val
+from optimus_egg import effects, fake_values, ir, optable
+from optimus_egg.effects import storage_key
+from optimus_egg.nodes import static_int, val
 
 if TYPE_CHECKING:
     from optimus_egg.emit import Emitter
 
 
-def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[optable.Term, int],
+def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[ir.Term, int],
                   disjoint_outputs: bool) -> list[Any]:
     """The output ``leaves`` of what ``emitter`` wrote, made to alias the inputs and each other
     exactly as the original outputs did, and to require grad exactly when they did.
@@ -91,12 +92,12 @@ def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[optable.Ter
 
 
 def _copy_view_chain(emitter: Emitter, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],
-                     classes: dict[optable.Term, int]) -> fx.Node:
+                     classes: dict[ir.Term, int]) -> fx.Node:
     """``old`` (a view, in storage ``key``) re-applied to the copied chain below it."""
     if old in copies:
         return copies[old]
     sources = _sources(old, key)
-    if not sources or old.op not in ("call_function", "call_method") or optable.is_inplace(old):
+    if not sources or old.op not in ("call_function", "call_method") or effects.is_inplace(old):
         raise RuntimeError(f"cannot keep output aliasing: {old.name} is not a view of one base")
     new = emitter.graph.node_copy(old, lambda a: _copy_view_chain(emitter, a, key, copies, classes)
                                   if a in sources else emitter.value_of(a, classes))
@@ -246,7 +247,7 @@ def _erase_unused_views(graph: fx.Graph, nodes: list[Any], outputs: list[Any]) -
     while stack:
         n = stack.pop()
         op = optable.lookup(n) if isinstance(n, fx.Node) else None
-        if (op is None or n in erased or n.users or optable.is_inplace(n)
+        if (op is None or n in erased or n.users or effects.is_inplace(n)
                 or op.kind not in (optable.Kind.VIEW, optable.Kind.MAYBE_VIEW)):
             continue
         stack.extend(n.all_input_nodes)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, cleanup, draws, fake_values, modes, optable, rewrites, verify
+from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, rewrites, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -35,7 +35,7 @@ from optimus_egg.frontend import Translation, translate
 from optimus_egg.guards import refuse_others
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
-from optimus_egg.optable import static_int, val
+from optimus_egg.nodes import static_int, val
 from optimus_egg.options import Options
 from optimus_egg.outputs import check_outputs, restride_outputs
 from optimus_egg.post_grad import order_as_written
@@ -180,10 +180,10 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     and the checks of what was emitted."""
     clock = _Clock(report)
     fake_values.alias_identity_dropouts(gm.graph)
-    layout = next((n for n in gm.graph.nodes if optable.reads_layout(n)), None)
+    layout = next((n for n in gm.graph.nodes if effects.reads_layout(n)), None)
     if layout is not None:  # a rewrite keeps values, not strides: relu(x) for cat(relu(pieces of x)) is x's layout
         raise Keep(f"{layout.name} reads the memory layout of a computed tensor")
-    switch = next((n for n in gm.graph.nodes if optable.switches_mode(n)), None)
+    switch = next((n for n in gm.graph.nodes if effects.switches_mode(n)), None)
     if switch is not None:
         return _around_mode_switches(gm, switch, options, report, disjoint_outputs)
     tr = translate(gm, batch_random=True) if options.batch_random else translate(gm)

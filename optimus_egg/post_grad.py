@@ -11,9 +11,9 @@ import heapq
 
 import torch.fx as fx
 
-from optimus_egg import optable
+from optimus_egg import calls, optable
 from optimus_egg.emit import ORIGIN
-from optimus_egg.extract.cost import MATMUL
+from optimus_egg.optable import CONTRACTIONS
 
 
 def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
@@ -46,11 +46,11 @@ def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
         own = min((where[o] for o in n.meta.get(ORIGIN, ()) if o in where), default=None)
         later = min((rank[u] for u in n.users if u in rank), default=float("inf"))
         rank[n] = own if own is not None else later
-        if all(u.op == "output" or (u in returned and optable.launches(u) == 0) for u in n.users):
+        if all(u.op == "output" or (u in returned and calls.launches(u) == 0) for u in n.users):
             returned.add(n)
     last: set[fx.Node] = set()  # such matmuls and their views
     for n in nodes:
-        view_of_last = optable.launches(n) == 0 and any(a in last for a in n.all_input_nodes)
+        view_of_last = calls.launches(n) == 0 and any(a in last for a in n.all_input_nodes)
         if n in returned and (_new_matmul(n) or view_of_last):
             last.add(n)
     index = {n: i for i, n in enumerate(nodes)}
@@ -87,7 +87,7 @@ def order_as_written(graph: fx.Graph, original: fx.Graph) -> None:
 def _matmul(n: fx.Node) -> bool:
     """A matmul (Inductor: an extern call, between two C++ kernels on CPU)."""
     op = optable.lookup(n)
-    return op is not None and op.name in MATMUL
+    return op is not None and op.name in CONTRACTIONS
 
 
 def _read(n: fx.Node) -> set[fx.Node]:
@@ -96,7 +96,7 @@ def _read(n: fx.Node) -> set[fx.Node]:
     while stack:
         a = stack.pop()
         read.add(a)
-        if a.op == "call_function" and not optable.launches(a):
+        if a.op == "call_function" and not calls.launches(a):
             stack.extend(a.all_input_nodes)
     return read
 
@@ -108,10 +108,10 @@ def _joins(n: fx.Node, operands: set[fx.Node], joined: set[fx.Node], kernel: set
     args = n.all_input_nodes
     if _matmul(n) or not args:
         return False
-    if not optable.launches(n):
+    if not calls.launches(n):
         return all(a in joined for a in args)
     return (all(a.op in ("placeholder", "get_attr") or a in operands or a in joined for a in args)
-            and any(a in joined or (a in kernel and optable.launches(a)) for a in _read(n) & (operands | joined)))
+            and any(a in joined or (a in kernel and calls.launches(a)) for a in _read(n) & (operands | joined)))
 
 
 def _new_matmul(n: fx.Node) -> bool:

@@ -27,7 +27,7 @@ from optimus_egg.bench.zoo import zoo
 from optimus_egg.cli_options import positive_int
 from optimus_egg.extract.cost import CATEGORIES
 from optimus_egg.extract.profile import Profile
-from optimus_egg.optable import val
+from optimus_egg.nodes import val
 from optimus_egg.pipeline import capture
 
 #: (rows, cols) of the tensors the representatives run on when no model is given: launch-bound

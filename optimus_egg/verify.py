@@ -30,7 +30,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import _disable_current_modes
 
-from optimus_egg import optable
+from optimus_egg import effects, nodes
 from optimus_egg.frontend import mutated_storages
 
 #: (rtol, atol) per dtype, against the largest magnitude of each value: a batched matmul or a
@@ -51,10 +51,10 @@ def check(old: fx.GraphModule, new: fx.GraphModule, fired: str, batch_random: bo
 
 
 def _check(old: fx.GraphModule, new: fx.GraphModule, fired: str, batch_random: bool) -> str:
-    if batch_random and any(optable.draws_random(n) for n in old.graph.nodes):
+    if batch_random and any(effects.draws_random(n) for n in old.graph.nodes):
         return "skipped: batch_random draws other masks"
     placeholders = old.graph.find_nodes(op="placeholder")
-    devices = {v.device for n in placeholders if isinstance(v := optable.val(n), torch.Tensor)}
+    devices = {v.device for n in placeholders if isinstance(v := nodes.val(n), torch.Tensor)}
     buffers = _Buffers(old, new)
     with _rng_as_it_was(devices), _restored(buffers):
         try:
@@ -67,7 +67,7 @@ def _check(old: fx.GraphModule, new: fx.GraphModule, fired: str, batch_random: b
             # (an index computed from a zero, emb(i - 1), is a device-side assert no one can catch)
             return "skipped: integer inputs on a GPU"
         storages = mutated_storages(old.graph) | mutated_storages(new.graph)
-        written = {i for i, n in enumerate(placeholders) if optable.storage_key(optable.val(n)) in storages}
+        written = {i for i, n in enumerate(placeholders) if effects.storage_key(nodes.val(n)) in storages}
         try:
             want = _run(old, inputs, written, devices, buffers)
         except Exception as exc:  # noqa: BLE001 - e.g. an assert on data the random inputs break
@@ -93,13 +93,13 @@ def random_inputs(gm: fx.GraphModule) -> list[Any] | str:
     """A random tensor for each placeholder, or why none can be made."""
     out = []
     for node in gm.graph.find_nodes(op="placeholder"):
-        v = optable.val(node)
+        v = nodes.val(node)
         if not isinstance(v, torch.Tensor):
             if isinstance(v, (int, float, bool)):
                 out.append(v)
                 continue
             return f"input {node.name} is not a tensor of known value (a symbolic size?)"
-        sizes = [optable.static_int(s) for s in (*v.shape, *v.stride(), v.storage_offset())]
+        sizes = [nodes.static_int(s) for s in (*v.shape, *v.stride(), v.storage_offset())]
         if None in sizes:
             return f"input {node.name} has symbolic sizes"
         out.append(_tensor(v))

@@ -1,7 +1,7 @@
 """An einsum that contracts one dim is a broadcast multiply and a sum.
 
 ``einsum("bcd,bcde->bce", x, w) → (x.unsqueeze(-1) * w).sum(2)`` (Optimus'
-einsum_to_pointwise_pass; any four distinct letters, :func:`optimus_egg.optable.contracts_last`
+einsum_to_pointwise_pass; any four distinct letters, :func:`optimus_egg.calls.contracts_last`
 decides, and the op table keys only such einsums as ``einsum``). Eager runs the einsum as one
 ``bmm`` and the product form as two kernels; Inductor on CUDA keeps that ``bmm`` an extern call,
 where the product form is one reduction kernel that the ops around it fuse into. The extractor
@@ -12,7 +12,7 @@ products as the ``bmm`` does (not float16/bfloat16, whose products would be roun
 precision before the sum), and the shared dims of equal static sizes (no broadcasting).
 """
 
-from optimus_egg.optable import built
+from optimus_egg.calls import built
 from optimus_egg.rewrites import Derive, op_named
 
 #: The dtypes the product form computes as the einsum does (a product of two half-precision

@@ -41,8 +41,8 @@ from enum import IntEnum
 from functools import partial
 from typing import Iterable, Mapping, Sequence
 
+from optimus_egg.calls import built
 from optimus_egg.ir import Term
-from optimus_egg.optable import built
 from optimus_egg.rewrites import Derive, Written, WrittenRows, op_named
 
 

@@ -5,7 +5,7 @@ tensor), the slices merge. Pulling an op out of a cat needs every piece to keep 
 that the cat of the operands concatenates the same values (no promotion).
 """
 
-from optimus_egg.optable import DRAWS, EXACT
+from optimus_egg.calls import DRAWS, EXACT
 from optimus_egg.rewrites import Derive, Rule
 
 #: unary-list l f: the operands m of a list l that is f applied to each piece of m; binary-list
@@ -19,9 +19,9 @@ DECLARATIONS = """
 """
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
-#: on the elements written only (``optimus_egg.optable.computes_exactly``).
+#: on the elements written only (``optimus_egg.calls.computes_exactly``).
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
-#: The key of a dropout that draws (``optimus_egg.optable.DRAWS``).
+#: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),

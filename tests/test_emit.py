@@ -537,7 +537,7 @@ def test_a_stack_of_inputs_a_bmm_reads_is_each_input_scattered_into_its_slot():
 @pytest.mark.parametrize("read", [lambda g, s: torch.bmm(g[1:], s[1:]),  # through a slice
                                   lambda g, s: torch.bmm(g, torch.ops.aten.alias(s))])
 def test_a_stack_of_inputs_a_bmm_reads_through_any_view_is_scattered(read):
-    """Which calls are views is the op table's to say (``optable.launches``), as for the rest of
+    """Which calls are views is the op table's to say (``calls.launches``), as for the rest of
     the emitter: a slice or an alias between the stack and the bmm reads no loop either."""
     from optimus_egg.cleanup import scatter_input_stacks
 

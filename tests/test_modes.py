@@ -10,7 +10,7 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from optimus_egg import modes, optable, optimize
+from optimus_egg import effects, modes, optimize
 from optimus_egg.backend import REPORTS
 from optimus_egg.counting import eager_launches
 from optimus_egg.pipeline import capture
@@ -50,7 +50,7 @@ class _Layers(torch.nn.Module):
 def _zone(gm: fx.GraphModule) -> list[str]:
     """The calls from the first mode switch to the last, as written."""
     calls = [n for n in gm.graph.nodes if n.op == "call_function" or n.op == "call_method"]
-    at = [i for i, n in enumerate(calls) if optable.switches_mode(n)]
+    at = [i for i, n in enumerate(calls) if effects.switches_mode(n)]
     return [str(n.target) for n in calls[at[0]:at[-1] + 1]]
 
 

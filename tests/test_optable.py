@@ -4,7 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from optimus_egg import optable, optimize
+from optimus_egg import aten, effects, optable, optimize
+from optimus_egg.calls import BUILT, Call, Registry, Slot, _arguments, _plain_unary, built, generic_call, template
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
 from tests.helpers import Fn, check, launches
@@ -68,7 +69,7 @@ def _einsum_node():
 
 def test_elementwise_einsum_is_a_mul_that_rules_can_move():
     a, b = torch.randn(4, 6), torch.randn(4, 6)
-    assert optable.generic_call(_einsum_node(), optable.lookup(_einsum_node()))[0].target is torch.mul
+    assert generic_call(_einsum_node(), optable.lookup(_einsum_node()))[0].target is torch.mul
     fn = lambda a, b: torch.cat([torch.einsum("bi, bi -> bi", p, q)  # noqa: E731
                                  for p, q in zip(a.split(3, 1), b.split(3, 1))], 1)
     report, gm = check(fn, a, b)
@@ -113,21 +114,21 @@ def test_reshape_of_an_empty_tensor_stays_as_written():
 
 
 def test_calls_share_a_key_only_on_one_device():
-    reg = optable.Registry()
-    call = optable.BUILT["bmm#"]
-    on = {d: optable.Call(call.name, call.op, call.target, call.spec, call.leaves, 1.0, "Op", d)
+    reg = Registry()
+    call = BUILT["bmm#"]
+    on = {d: Call(call.name, call.op, call.target, call.spec, call.leaves, 1.0, "Op", d)
           for d in ("cpu", "cuda:0")}
     assert reg.key(on["cpu"], True) == reg.key(on["cpu"], True) != reg.key(on["cuda:0"], True)
 
 
 def test_built_calls_are_in_every_registry_under_their_keys():
-    reg = optable.Registry()
+    reg = Registry()
     for name, constants in (("baddbmm", ()), ("bmm", ()), ("transpose", (1, 2))):
-        key = optable.built(name, *constants).strip('"')
-        assert reg.calls[key] is optable.BUILT[key] and reg.calls[key].name == name
-    assert reg.key(optable.BUILT["bmm#"], True) == "bmm#0"  # graph calls are numbered from 0
+        key = built(name, *constants).strip('"')
+        assert reg.calls[key] is BUILT[key] and reg.calls[key].name == name
+    assert reg.key(BUILT["bmm#"], True) == "bmm#0"  # graph calls are numbered from 0
     with pytest.raises(KeyError):
-        optable.built("transpose", 0, 2)
+        built("transpose", 0, 2)
 
 
 def test_layer_norm_calls_come_with_their_normalization_alone():
@@ -180,15 +181,15 @@ def test_a_calls_template_is_its_arguments_as_pytree_flattens_them():
     plain = []
     for node in calls:
         op = optable.lookup(node)
-        spec, leaves, inputs = optable.template(node, op)
-        want, want_spec = pytree.tree_flatten(optable._arguments(node, op))
+        spec, leaves, inputs = template(node, op)
+        want, want_spec = pytree.tree_flatten(_arguments(node, op))
         assert (spec, [x for x in want if isinstance(x, Node)]) == (want_spec, inputs), node.format_node()
-        assert [inputs[x.index] if isinstance(x, optable.Slot) else x for x in leaves] == want, node.format_node()
-        call, _ = optable.generic_call(node, op)
+        assert [inputs[x.index] if isinstance(x, Slot) else x for x in leaves] == want, node.format_node()
+        call, _ = generic_call(node, op)
         args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
-        assert optable._plain_unary(call) == (call.constructor == "Unary" and args == [optable.Slot(0)]
+        assert _plain_unary(call) == (call.constructor == "Unary" and args == [Slot(0)]
                                               and kwargs in ({}, {"inplace": False})), node.format_node()
-        plain.append(optable._plain_unary(call))
+        plain.append(_plain_unary(call))
     assert plain.count(True) == 2  # F.relu(x, inplace=False), torch.relu(x); not F.relu(x, False)
 
 
@@ -208,7 +209,7 @@ def test_aten_slices_are_slices_and_aten_ops_are_the_table_ops():
     assert translate(stepped).outputs[0].op == "Op"  # a step other than 1: kept as written
 
 
-@pytest.mark.parametrize("target", list(optable.ATEN_CALLS), ids=lambda t: t.__name__)
+@pytest.mark.parametrize("target", list(aten.ATEN_CALLS), ids=lambda t: t.__name__)
 def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
     x, w = torch.randn(3, 4, 6), torch.randn(3, 6, 4)
     args = {torch.narrow: (x, 2, 1, 3), torch.select: (x, 1, 2), torch.squeeze: (x[:, :1], 1),
@@ -233,7 +234,7 @@ def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
         p.meta["val"] = t
     call.meta["val"] = target(*args)
     with graph.inserting_before(call):
-        lowered = optable.ATEN_CALLS[target](graph, call)
+        lowered = aten.ATEN_CALLS[target](graph, call)
     graph.output(lowered)
     got = torch.fx.GraphModule(torch.nn.Module(), graph)(*(t for t, _ in ins.values()))
     assert all(isinstance(n.target, torch._ops.OpOverload) for n in graph.nodes
@@ -258,7 +259,7 @@ def test_calls_reading_a_symbolic_size_are_optimized(fn):
     assert report.fallback is None
     other = torch.randn(7, 6)
     torch.testing.assert_close(gm(other), fn(other))
-    assert optable.storage_key(x) == optable.storage_key(x[1:]) != None  # noqa: E711 - the comparison that raised
+    assert effects.storage_key(x) == effects.storage_key(x[1:]) != None  # noqa: E711 - the comparison that raised
 
 
 @pytest.mark.parametrize("drop", [
@@ -315,10 +316,10 @@ def test_calls_that_write_arguments_besides_their_result_name_them():
         gm = capture(Fn(fn), (x, ids, w, rm.clone(), rv.clone()))
         inputs = list(gm.graph.find_nodes(op="placeholder"))
         [call] = [n for n in gm.graph.nodes if n.op == "call_function"]
-        return [inputs.index(a) for a in optable.written_arguments(call)], optable.is_inplace(call)
+        return [inputs.index(a) for a in effects.written_arguments(call)], effects.is_inplace(call)
 
     assert written(lambda x, i, w, m, v: F.batch_norm(x, m, v, training=True)) == ([3, 4], True)
     assert written(lambda x, i, w, m, v: F.batch_norm(x, m, v)) == ([], False)
     assert written(lambda x, i, w, m, v: F.embedding(i, w, max_norm=2.0)) == ([2], True)
     assert written(lambda x, i, w, m, v: F.embedding(i, w)) == ([], False)
-    assert optable.is_inplace(torch.fx.Graph().call_function(torch.ops.aten.add_, ()))  # an overload packet
+    assert effects.is_inplace(torch.fx.Graph().call_function(torch.ops.aten.add_, ()))  # an overload packet

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import optimus_egg
-from optimus_egg import OptimizerFallback, optable, optimize
+from optimus_egg import OptimizerFallback, effects, optimize
 from optimus_egg.backend import REPORTS
 from optimus_egg.counting import eager_launches
 from optimus_egg.bench.models import chain
@@ -393,7 +393,7 @@ def test_a_graph_that_switches_grad_mode_refuses_another_mode():
     gm, _ = optimize(Fn(f), (x,))
     assert torch.equal(gm(x), f(x)) and torch.is_grad_enabled()
     with torch.no_grad():
-        if any(optable.switches_mode(n) for n in gm.graph.nodes):  # (as torch 2.13 to 2.15 capture it)
+        if any(effects.switches_mode(n) for n in gm.graph.nodes):  # (as torch 2.13 to 2.15 capture it)
             with pytest.raises(ValueError, match="switches grad mode"):
                 gm(x)
         else:

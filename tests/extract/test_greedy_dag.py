@@ -134,7 +134,7 @@ def test_ties_go_to_the_op_that_moves_fewer_bytes():
 def test_an_op_pulled_out_of_a_slice_for_nothing_stays_on_the_slice():
     """tanh moves out of the slice so that cats of tanh'd pieces can merge; alone, tanh(x)[:, :2]
     costs the launch tanh(x[:, :2]) does, on six times the data (and its backward)."""
-    from optimus_egg.optable import val
+    from optimus_egg.nodes import val
     from tests.helpers import check
 
     def f(x):
@@ -185,7 +185,8 @@ def test_deepfm_flattens_its_stacked_embeddings_for_the_deep_tower():
     """The zoo's DeepFM as optimized: the embeddings are stacked once (as written) and the deep
     tower's linear reads a view of the stack, not a cat of its own that the stack is a view of."""
     from optimus_egg.bench.zoo import deepfm
-    from optimus_egg.optable import launches, val
+    from optimus_egg.calls import launches
+    from optimus_egg.nodes import val
     from tests.helpers import check_training
 
     model, inputs = deepfm()()

@@ -14,8 +14,9 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from optimus_egg import optimize
 from optimus_egg.outputs import _detached_twins
-from optimus_egg.optable import bind, static_int, storage_key, val
 from optimus_egg.pipeline import capture
+from optimus_egg.effects import storage_key
+from optimus_egg.nodes import bind, static_int, val
 from tests.fuzz.programs import Program
 
 TRIALS = 3  # the example inputs, then fresh random ones

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from optimus_egg import optimize, optable
+from optimus_egg.calls import Registry, contracts_last, generic_call
 from optimus_egg.pipeline import capture
 from tests.helpers import Fn, check, launches
 
@@ -135,16 +136,16 @@ def test_symbolic_sizes_are_left_alone():
     ("bcd,bcdd->bcd", False), ("bcd,bcde->bec", False), ("bc.,bc.e->bce", False), ("bcd,bcde,x->bce", False),
 ])
 def test_contracts_last_reads_the_equation(eq, ok):
-    assert optable.contracts_last(eq) is ok
+    assert contracts_last(eq) is ok
 
 
 def test_only_the_contracting_form_is_keyed_as_an_einsum_rules_know():
-    registry = optable.Registry()
+    registry = Registry()
     calls = {}
     for eq in ("bcd,bcde->bce", "bcd,bcde->bec"):
         gm = capture(Fn(lambda x, w, eq=eq: torch.einsum(eq, x, w)), (X, W))
         node = next(n for n in gm.graph.nodes if "einsum" in str(n.target))
-        call, _ = optable.generic_call(node, optable.lookup(node))
+        call, _ = generic_call(node, optable.lookup(node))
         calls[eq] = registry.key(call, shareable=True)
     assert calls["bcd,bcde->bce"].startswith("einsum#")
     assert registry.calls[calls["bcd,bcde->bce"] + "-sum"].target is torch.sum
