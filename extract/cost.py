@@ -34,27 +34,14 @@ from optimus_egg.calls import Call, Registry
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.dag import Dag, Fact, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, from_list
-from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, OPS, Kind
+from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, LOOP_OPS, OPS, REDUCTIONS, Kind
 
 #: Op categories, each with its own weight. ``copy`` is a kernel that only moves data (a cat
 #: piece written into its slot); ``extern`` is any other call Inductor hands to a library or falls
 #: back to ATen for.
 CATEGORIES = ("pointwise", "reduction", "matmul", "cat", "copy", "extern")
 
-REDUCTION = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "softmax",
-                       "log_softmax", "layer_norm", "group_norm", "max", "min", "argmax", "argmin",
-                       "normalize", "cosine_similarity"})
-#: Ops Inductor lowers to pointwise loops (so they fuse) although eager runs them as one kernel.
-_LOOP_OPS = frozenset({"clone", "contiguous", "to", "type", "float", "half", "double", "bfloat16", "int",
-                       "long", "bool", "type_as", "reshape", "flatten", "where", "masked_fill",
-                       "zeros_like", "ones_like", "full_like", "empty_like", "one_hot", "embedding",
-                       "gather", "index_select", "getitem", "pad", "batch_norm",
-                       # comparisons, logic and factories Inductor generates as loops
-                       "gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not",
-                       "logical_xor", "bitwise_and", "bitwise_or", "bitwise_not", "bitwise_xor", "and_",
-                       "or_", "invert", "isnan", "isinf", "isfinite", "lerp", "addcmul", "addcdiv",
-                       "zeros", "ones", "full", "empty", "arange", "eye", "linspace", "tensor"})
-_POINTWISE = frozenset(op.name for op in OPS if op.kind in (Kind.POINTWISE, Kind.RANDOM)) | _LOOP_OPS
+_POINTWISE = frozenset(op.name for op in OPS if op.kind in (Kind.POINTWISE, Kind.RANDOM)) | LOOP_OPS
 
 
 def category(call: Call) -> str:
@@ -63,7 +50,7 @@ def category(call: Call) -> str:
         return "view"
     if call.constructor in ("Unary", "Binary") or call.name in _POINTWISE:
         return "pointwise"
-    if call.name in REDUCTION:
+    if call.name in REDUCTIONS:
         return "reduction"
     if call.name in CONTRACTIONS:
         return "matmul"

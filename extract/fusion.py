@@ -51,20 +51,16 @@ from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import Term
-from optimus_egg.optable import FREE_CONSTRUCTORS, MATMULS
+from optimus_egg.optable import FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
                          "layer_norm": 8, "group_norm": 8, "normalize": 3, "cosine_similarity": 4}
 #: ... and for a single-loop reduction that gets a pointwise epilogue fused after it.
 CPU_EPILOGUE_OBJECTS = 4
-#: Pointwise ops that read through an index tensor: every slice of their result reads the table.
-INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
 #: Inductor writes a reduction of fewer elements than this (per output element) as a pointwise
 #: op, unrolled (``config.unroll_reductions_threshold``).
 UNROLLED_REDUCTION = 8
-#: Reductions whose decomposition reads an intermediate in two passes (softmax's exponentials).
-TWO_PASS = frozenset({"softmax", "log_softmax"})
 #: Loop nests the CPU backend writes for such an op unrolled (1 when not listed).
 CPU_UNROLLED_OBJECTS = {"softmax": 2, "log_softmax": 4, "layer_norm": 3}
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.

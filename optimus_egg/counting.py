@@ -7,19 +7,14 @@ from typing import Any, Callable
 
 from torch.utils._python_dispatch import TorchDispatchMode
 
-
-#: ATen ops that launch nothing although their schema does not say so: a view whose result the
-#: schema leaves unmarked (``mm`` + ``_unsafe_view`` is a 3-D ``linear`` without bias), and
-#: allocations, which reserve memory and run no kernel.
-_NO_KERNEL = frozenset({"_unsafe_view", "empty", "empty_like", "empty_strided", "new_empty",
-                        "new_empty_strided"})
+from optimus_egg.optable import NO_KERNEL
 
 
 def launches_kernel(func: Any) -> bool:
     """Whether an ATen op runs a kernel in eager mode: not a view (a result that aliases an input
-    without writing it) and not in :data:`_NO_KERNEL`. An in-place op writes the tensor it returns,
-    and is a kernel."""
-    if func._schema.name.split("::")[-1] in _NO_KERNEL:
+    without writing it) and not in :data:`~optimus_egg.optable.NO_KERNEL`. An in-place op writes
+    the tensor it returns, and is a kernel."""
+    if func._schema.name.split("::")[-1] in NO_KERNEL:
         return False
     return not any(r.alias_info is not None and not r.alias_info.is_write for r in func._schema.returns)
 

@@ -18,9 +18,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["CATS", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INPLACE_METHODS",
-           "INPLACE_OPERATORS", "LAYOUT_READERS", "MATMULS", "MODE_SWITCHES", "OPS", "SINGULAR",
-           "UNDECLARED_WRITES", "Kind", "OpDef", "lookup"]
+__all__ = ["CATS", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
+           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
+           "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
+           "OpDef", "lookup"]
 
 
 class Kind(enum.Enum):
@@ -139,6 +140,32 @@ MODE_SWITCHES = frozenset({
     "_vmap_decrement_nesting", "_jvp_increment_nesting", "_jvp_decrement_nesting", "_enter_dual_level",
     "_exit_dual_level", "push_dynamic_layer_stack", "pop_dynamic_layer_stack", "_grad_increment_nesting",
     "_grad_decrement_nesting", "_sdpa_kernel"})
+#: Reductions: a kernel of their own, whatever fuses into them.
+REDUCTIONS = frozenset({"sum", "mean", "amax", "amin", "prod", "var", "std", "norm", "softmax",
+                        "log_softmax", "layer_norm", "group_norm", "max", "min", "argmax", "argmin",
+                        "normalize", "cosine_similarity"})
+#: Ops Inductor lowers to pointwise loops (so they fuse) although eager runs them as one kernel.
+LOOP_OPS = frozenset({"clone", "contiguous", "to", "type", "float", "half", "double", "bfloat16", "int",
+                      "long", "bool", "type_as", "reshape", "flatten", "where", "masked_fill",
+                      "zeros_like", "ones_like", "full_like", "empty_like", "one_hot", "embedding",
+                      "gather", "index_select", "getitem", "pad", "batch_norm",
+                      # comparisons, logic and factories Inductor generates as loops
+                      "gt", "lt", "ge", "le", "eq", "ne", "logical_and", "logical_or", "logical_not",
+                      "logical_xor", "bitwise_and", "bitwise_or", "bitwise_not", "bitwise_xor", "and_",
+                      "or_", "invert", "isnan", "isinf", "isfinite", "lerp", "addcmul", "addcdiv",
+                      "zeros", "ones", "full", "empty", "arange", "eye", "linspace", "tensor"})
+#: Pointwise ops that read through an index tensor: every slice of their result reads the table.
+INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
+#: Reductions whose decomposition reads an intermediate in two passes (softmax's exponentials).
+TWO_PASS = frozenset({"softmax", "log_softmax"})
+#: ATen ops that launch nothing although their schema does not say so: a view whose result the
+#: schema leaves unmarked (``mm`` + ``_unsafe_view`` is a 3-D ``linear`` without bias), and
+#: allocations, which reserve memory and run no kernel.
+NO_KERNEL = frozenset({"_unsafe_view", "empty", "empty_like", "empty_strided", "new_empty",
+                       "new_empty_strided"})
+#: Slicing calls: on a tensor (not a split's tuple of pieces) each is a view whose gradient is a
+#: zero-filled tensor with the slice's gradient copied in.
+SLICING = frozenset({torch.narrow, torch.select, operator.getitem, "narrow", "select", "__getitem__"})
 #: The IR constructors that never launch a kernel by themselves.
 FREE_CONSTRUCTORS = frozenset({"Input", "Sl", "Squeeze", "Unsqueeze", "Flat", "Unflat", "Cons", "Nil"})
 

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, rewrites, verify
+from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -274,15 +274,12 @@ def _cheaper(report: Report, gm: fx.GraphModule) -> bool | None:
     return None if _grad_inputs(gm) else True
 
 
-#: Slicing calls: on a tensor (not a split's tuple of pieces) each is a view whose gradient is a
-#: zero-filled tensor with the slice's gradient copied in.
-_SLICING = frozenset({torch.narrow, torch.select, operator.getitem, "narrow", "select", "__getitem__"})
 
 
 def _loose_slices(gm: fx.GraphModule) -> int:
     """Slices and selects of tensors that require grad, other than a split's or unbind's pieces."""
     return sum(1 for n in gm.graph.nodes
-               if n.op in ("call_function", "call_method") and n.target in _SLICING and n.args
+               if n.op in ("call_function", "call_method") and n.target in optable.SLICING and n.args
                and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
 
 
