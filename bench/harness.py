@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from optimus_egg.bench import plots
+from optimus_egg.bench import optimus_cases, plots
 from optimus_egg.bench.backends import INDUCTOR, OPTIMUS_EGG, STANDARD, Backend, backends, ensure_registered
 from optimus_egg.bench.device import Device, pick
 from optimus_egg.bench.families import families
@@ -242,10 +242,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write results.json, results.md and PNG plots (with matplotlib) here")
     parser.add_argument("--suite", default="zoo", choices=SUITES,
                         help="the models run when --models is not given: the zoo (default), one "
-                             "model per Optimus pass family (family_*), or all")
+                             "model per Optimus pass family (family_*), the patterns of PyTorch's "
+                             "tests of the Optimus passes (split_cat_*, group_batch_*), or all")
     parser.add_argument("--models", action="append", metavar="NAMES",
-                        help=f"comma-separated subset of: {', '.join(zoo())}, and the family_* models "
-                             "of --suite families (repeatable)")
+                        help=f"comma-separated subset of: {', '.join(zoo())}, and the models of the "
+                             "other suites (repeatable)")
     parser.add_argument("--backends", action="append", metavar="NAMES",
                         help=f"comma-separated subset of: {', '.join(STANDARD)} (default: all)")
     parser.add_argument("--rules", action="append", default=[], metavar="FAMILIES",
@@ -259,14 +260,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "shared with other work, 1 avoids OpenMP threads waiting on descheduled peers")
 
 
-SUITES = ("zoo", "families", "all")
+SUITES = ("zoo", "families", "optimus", "all")
 
 
 def suite(name: str, quick: bool) -> dict[str, Factory]:
     """A suite's models in table order: the zoo, the Optimus pass families
-    (:mod:`optimus_egg.bench.families`), or both."""
-    suites = {"zoo": zoo(quick), "families": families()}
-    return suites[name] if name in suites else {**suites["zoo"], **suites["families"]}
+    (:mod:`optimus_egg.bench.families`), the patterns of PyTorch's own tests of those passes
+    (:mod:`optimus_egg.bench.optimus_cases`; not the cases that write their inputs, which the
+    backends share), or all of them."""
+    cases = {name: make for name, make in optimus_cases.cases().items() if name not in optimus_cases.MUTATES_INPUTS}
+    suites = {"zoo": zoo(quick), "families": families(), "optimus": cases}
+    return suites[name] if name in suites else {model: make for part in suites.values() for model, make in part.items()}
 
 
 def select_models(names: Sequence[str] | None, quick: bool, suite_name: str = "zoo") -> dict[str, Factory]:

@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from optimus_egg.bench.families import TARGETS
+from optimus_egg.bench import families, optimus_cases
 from optimus_egg.bench.plots import plot
+
+#: Model name → the Optimus passes (``counters["inductor"]`` keys) its pattern is for.
+TARGETS = {**families.TARGETS, **optimus_cases.TARGETS}
 
 COLUMNS = ("model", "backend", "eager launches", "launches/step", "kernel objects", "bytes accessed",
            "compile s", "optimize s", "step ms", "vs inductor", "peak mem", "equal to eager")

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 import torch
-from optimus_egg.bench import harness
+from optimus_egg.bench import harness, optimus_cases
 from optimus_egg.bench.backends import backends
 from optimus_egg.bench.device import Device
 from optimus_egg.bench.harness import Progress
@@ -131,3 +131,12 @@ def test_out_without_matplotlib_says_so_before_the_run_and_writes_the_tables(tmp
     (said,) = said_before_the_run
     assert "matplotlib is not installed" in said and "pip install 'optimus_egg[bench]'" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == ["results.json", "results.md"]
+
+
+def test_the_optimus_suite_is_pytorchs_test_patterns_without_the_ones_that_write_their_inputs():
+    models = harness.select_models(None, quick=True, suite_name="optimus")
+    assert list(models) == [n for n in optimus_cases.cases() if n not in optimus_cases.MUTATES_INPUTS]
+    assert optimus_cases.MUTATES_INPUTS and not optimus_cases.MUTATES_INPUTS & set(models)
+    every = harness.select_models(None, quick=True, suite_name="all")
+    assert set(models) | set(zoo(True)) <= set(every)
+    assert harness.select_models(["split_cat_identity"], quick=True)  # any suite's model by name
