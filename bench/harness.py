@@ -164,7 +164,6 @@ def units(models: int, modes: int, columns: int) -> int:
     return models * modes * (columns + 3)
 
 
-
 def revision() -> str | None:
     """``git describe`` of the checkout this package runs from (``-dirty``: uncommitted edits), or
     ``$OPTIMUS_EGG_REVISION`` where it runs from a copy without git (bench/gpu.sh sets it)."""

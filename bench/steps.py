@@ -69,7 +69,6 @@ class Settings:
                    rtol=1e-3 if loose else 1e-4, atol=1e-4 if loose else 1e-5)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # one step
 
@@ -252,7 +251,6 @@ def compile_first_step(backend: Backend, model: torch.nn.Module, inputs: Sequenc
     return step, snapshot(out, model, train)
 
 
-
 # ---------------------------------------------------------------------------------------------
 # timing
 
@@ -273,7 +271,6 @@ def interleaved_times(steps: Mapping[str, Callable[[], Any]], device: Device, se
         for label in labels[r % len(labels):] + labels[:r % len(labels)]:
             samples[label].append(device.seconds(steps[label], calls))
     return {label: statistics.median(s) for label, s in samples.items()}
-
 
 
 def warm_up(device: Device) -> None:

@@ -41,6 +41,7 @@ from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, LOOP_OPS,
 #: back to ATen for.
 CATEGORIES = ("pointwise", "reduction", "matmul", "cat", "copy", "extern")
 
+#: What Inductor writes as pointwise loops, which fuse with their neighbours.
 _POINTWISE = frozenset(op.name for op in OPS if op.kind in (Kind.POINTWISE, Kind.RANDOM)) | LOOP_OPS
 
 

@@ -274,8 +274,6 @@ def _cheaper(report: Report, gm: fx.GraphModule) -> bool | None:
     return None if _grad_inputs(gm) else True
 
 
-
-
 def _loose_slices(gm: fx.GraphModule) -> int:
     """Slices and selects of tensors that require grad, other than a split's or unbind's pieces."""
     return sum(1 for n in gm.graph.nodes
