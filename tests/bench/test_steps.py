@@ -2,8 +2,11 @@
 
 import pytest
 import torch
+from optimus_egg.bench.backends import backends
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.steps import Result, Settings, compare, interleaved_times
+from optimus_egg.bench.steps import Result, Row, Settings, compare, compile_first_step, interleaved_times
+
+from tests.helpers import Fn
 
 
 def test_compare_checks_values_shapes_and_missing_grads():
@@ -24,3 +27,12 @@ def test_interleaved_rounds_rotate_and_take_medians():
     assert set(times) == set("abc") and all(t >= 0 for t in times.values())
     timed = order[3:]  # after one calibration call each
     assert timed == list("abc" "bca" "cab")
+
+
+def test_a_graph_with_nothing_to_compute_has_no_kernels():
+    """Inductor writes no code for a graph of views (Optimus's answer to ``cat(split(x))``): 0
+    kernels, not an error."""
+    inductor = backends(["inductor"])[0]
+    row = Row("views", "inference", "inductor")
+    compile_first_step(inductor, Fn(lambda x: x[1:].t()), (torch.randn(3, 4),), False, Device("cpu"), row)
+    assert row.kernels == 0 and row.launches == 0
