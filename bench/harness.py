@@ -54,6 +54,7 @@ from optimus_egg.bench.steps import (
     make_step,
     recompile_limits,
     snapshot,
+    training_inputs,
     warm_up,
 )
 from optimus_egg.bench.zoo import zoo
@@ -108,9 +109,11 @@ def measure(name: str, factory: Factory, columns: Sequence[Backend], device: Dev
     model = model.to(device.type)
     inputs = tuple(t.to(device.type) for t in inputs)
     rows: list[Row] = []
+    given = inputs
     for mode in settings.modes:
         train = mode == "training"
-        ref = snapshot(make_step(model, model, inputs, train)(), model, train)
+        inputs = training_inputs(model, given) if train else given
+        ref = snapshot(make_step(model, model, inputs, train)(), model, train, inputs)
         by_label = {b.label: Row(name, mode, b.label) for b in columns}
         progress.show(f"{name} {mode}: eager-equivalent launches")
         for b in columns:

@@ -103,10 +103,21 @@ class Result:
     grads: list[torch.Tensor | None]
 
 
-def snapshot(out: Any, model: torch.nn.Module, train: bool) -> Result:
-    grads = [p.grad.detach().clone() if p.grad is not None else None
-             for p in model.parameters()] if train else []
+def snapshot(out: Any, model: torch.nn.Module, train: bool, inputs: Sequence[torch.Tensor] = ()) -> Result:
+    """What a step computed: its outputs and, in training, the gradients of the parameters and of
+    the inputs that require grad."""
+    trained = [*model.parameters(), *(t for t in inputs if t.requires_grad)] if train else []
+    grads = [t.grad.detach().clone() if t.grad is not None else None for t in trained]
     return Result([t.detach().clone() for t in _leaves(out)], grads)
+
+
+def training_inputs(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> tuple[torch.Tensor, ...]:
+    """A training step's inputs: as given, or, for a model with no parameters to train (a pattern
+    written as a function), its floating-point inputs as leaves that require grad, so that the
+    step has a backward to run."""
+    if any(p.requires_grad for p in model.parameters()):
+        return tuple(inputs)
+    return tuple(t.detach().requires_grad_() if t.is_floating_point() else t for t in inputs)
 
 
 def compare(got: Result, ref: Result, rtol: float, atol: float) -> tuple[bool, float | None]:
@@ -239,6 +250,8 @@ def compile_first_step(backend: Backend, model: torch.nn.Module, inputs: Sequenc
     if backend.optimus:
         ran = {k: v - before.get(k, 0) for k, v in counters["inductor"].items() if v != before.get(k, 0)}
         row.details["optimus_passes"] = ran
+        storages = {t.untyped_storage().data_ptr() for t in inputs}
+        row.details["aliased_outputs"] = sum(t.untyped_storage().data_ptr() in storages for t in _leaves(out))
     if backend.is_optimus_egg:
         reports = list(REPORTS)
         row.optimize_s = sum(r.total_seconds for r in reports)
@@ -250,7 +263,7 @@ def compile_first_step(backend: Backend, model: torch.nn.Module, inputs: Sequenc
         row.details["enodes"] = [r.enodes for r in reports]
         fallbacks = [r.fallback for r in reports if r.fallback]
         row.fallback = "; ".join(fallbacks) or None
-    return step, snapshot(out, model, train)
+    return step, snapshot(out, model, train, inputs)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -41,3 +41,12 @@ def test_a_failed_optimus_compile_is_reported_not_compared():
     cells = _cells(side_by_side(results))
     assert cells[5:9] == ["-", "**fails** (KeyError)", "yes", "-"]
     assert "### Side by side" in markdown(results)
+
+
+def test_an_output_optimus_returns_as_an_input_alias_counts_one_copy():
+    optimus = _row("inductor+optimus", 0, 0, 0, passes={"split_cat_pass": 1})
+    optimus["details"]["aliased_outputs"] = 2
+    results = _results(_row("inductor", 3, 1, 8), optimus, _row("optimus_egg", 2, 1, 2))
+    assert _cells(side_by_side(results))[8] == "-"
+    optimus["details"]["aliased_outputs"] = 1
+    assert _cells(side_by_side(results))[8] == "**eager launches > Optimus; kernel objects > Optimus**"

@@ -4,7 +4,8 @@ import pytest
 import torch
 from optimus_egg.bench.backends import backends
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.steps import Result, Row, Settings, compare, compile_first_step, interleaved_times
+from optimus_egg.bench.steps import (Result, Row, Settings, compare, compile_first_step, interleaved_times, make_step,
+                                      snapshot, training_inputs)
 
 from tests.helpers import Fn
 
@@ -37,3 +38,14 @@ def test_a_graph_left_with_nothing_to_compute_has_no_kernels():
     model = Fn(lambda x: torch.stack(torch.unbind(x, 0), 0))
     compile_first_step(optimus, model, (torch.randn(3, 4),), False, Device("cpu"), row)
     assert row.kernels == 0 and row.launches == 0
+
+
+def test_a_model_without_parameters_trains_its_inputs():
+    x = torch.randn(3)
+    linear = torch.nn.Linear(3, 3)
+    assert training_inputs(linear, (x,))[0] is x
+    double = Fn(lambda t: t * 2)
+    (leaf,) = training_inputs(double, (x,))
+    assert leaf.requires_grad and not x.requires_grad
+    result = snapshot(make_step(double, double, (leaf,), True)(), double, True, (leaf,))
+    torch.testing.assert_close(result.grads, [torch.full((3,), 2.0)])
