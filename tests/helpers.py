@@ -80,3 +80,8 @@ def frozen(nodes: list[ENode]) -> Frozen:
 def launches(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor) -> int:
     model = fn if isinstance(fn, torch.nn.Module) else Fn(fn)
     return eager_launches(model, *inputs)
+
+
+def calls_to(gm: torch.fx.GraphModule, target: Any) -> int:
+    """How many ``call_function`` nodes of ``gm`` call ``target``."""
+    return sum(n.op == "call_function" and n.target is target for n in gm.graph.nodes)

@@ -291,7 +291,7 @@ def _returns_a_view_and_its_detach(program: Program, grad: bool) -> bool:
                             and isinstance(v := val(n), torch.Tensor) and storage_key(v) not in inputs])
 
 
-#: Calls the fuzzer writes that draw random numbers (``tests/fuzz/programs.py``).
+#: Calls the fuzzer writes that draw random numbers (``tests/fuzz/ops.py``).
 _RANDOM = re.compile(r"dropout|rand|bernoulli")
 
 
