@@ -405,3 +405,27 @@ def test_a_graph_that_switches_grad_mode_refuses_another_mode():
     plain, _ = optimize(Fn(lambda x: torch.cat([p.relu() for p in x.split(4, 1)], 1)), (x,))
     with torch.no_grad():
         assert not plain(x).requires_grad  # a graph that switches nothing follows the caller's mode
+
+
+@pytest.mark.parametrize("grad", [False, True])
+def test_pieces_glued_back_into_an_output_become_one_copy_of_the_input(grad):
+    """``cat(split(x))`` returned: the answer is ``x``, but eager returns a fresh tensor, so one
+    copy. As many kernels as the cat, reading one tensor where the cat reads every piece."""
+    model = Fn(lambda x: (torch.cat(torch.split(x, 2, 1), 1), torch.stack(torch.unbind(x, 0), 0)))
+    x = torch.randn(4, 8, requires_grad=grad)
+    gm, report = optimize(model, (x,))
+    assert not report.kept and report.cat_inputs == (8, 0)
+    outs = gm(x)
+    for out in outs:
+        torch.testing.assert_close(out, x, rtol=0, atol=0)
+        assert out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+    if grad:
+        sum(o.sum() for o in outs).backward()
+        torch.testing.assert_close(x.grad, torch.full_like(x, 2.0))
+
+
+def test_pieces_glued_back_with_nothing_saved_stay_as_written():
+    """Must not fire: the same number of kernels and as many cat inputs is no gain."""
+    model = Fn(lambda x: torch.cat([x[:, 2:], x[:, :2]], 1))  # a rotation: no piece is in place
+    gm, report = optimize(model, (torch.randn(4, 8),))
+    assert report.kept
