@@ -59,15 +59,17 @@ from optimus_egg.bench.cases_group_batch import (
 from optimus_egg.bench.cases_split_cat import (
     InputShuffling, InputShufflingDimMismatch, InputShufflingMultipleOutput, InputShufflingSameRanges,
     InputShufflingStack, MergeSplits, MergeSplitsDiffDims, MergeSplitsDuplicateGetitems, MergeSplitsGetitemGap,
-    MergeSplitsOtherUsers, MergeSplitsOutOfOrder, MergeSplitsSections, MergeSplitsToCat, MoveReshapeOutOfSplitStack,
-    MultiSplitCat, MutateCatSomeGetitems, NormalizationFunction, NormalizationMethod, NormalizationUnequal,
-    NumpyCompat, RemoveCatAllGetitems, SizeOneSplit, SplitCatAddnArgs, SplitCatDimMismatch, SplitCatIdentity,
-    SplitCatMutation, SplitCatOtherDim, SplitCatSplit, SplitCatToSlices, SplitSqueezeDimMismatch,
+    MergeSplitsOtherUsers, MergeSplitsOutOfOrder, MergeSplitsSections, MergeSplitsToCat, MultiSplitCat,
+    NormalizationFunction, NormalizationMethod, NormalizationUnequal, NumpyCompat, SizeOneSplit, SplitCatAddnArgs,
+    SplitCatDimMismatch, SplitCatIdentity, SplitCatMutation, SplitCatOtherDim, SplitSqueezeDimMismatch,
     SplitSqueezeMultiSqueezeUsers, SplitSqueezeNoneDim, SplitSqueezeOtherUsers, SplitSqueezeSizeNot1,
-    SplitSqueezeStack, SplitSqueezeTopological, SplitStackAddnArgs, SplitStackSimple,
-    SplitStackToCatsDifferentDim, SplitStackToCatsSameDim, UnbindCat, UnbindCatAddnArgs, UnbindCatMultiUsers,
-    UnbindCatToView, UnbindDimMismatch, UnbindStack, UnbindStackAddnArgs, UnbindStackDimMismatch, UnbindStackToSlices,
+    SplitSqueezeStack, SplitSqueezeTopological, SplitStackAddnArgs, SplitStackSimple, UnbindCat, UnbindCatAddnArgs,
+    UnbindCatMultiUsers, UnbindDimMismatch, UnbindStack, UnbindStackAddnArgs, UnbindStackDimMismatch,
     UnequalSplitMultipleOutput,
+)
+from optimus_egg.bench.cases_split_views import (
+    MoveReshapeOutOfSplitStack, MutateCatSomeGetitems, RemoveCatAllGetitems, SplitCatSplit, SplitCatToSlices,
+    SplitStackToCatsDifferentDim, SplitStackToCatsSameDim, UnbindCatToView, UnbindStackToSlices,
 )
 from optimus_egg.bench.models import Factory
 from optimus_egg.bench.zoo import _factory
