@@ -113,8 +113,15 @@ def measure(name: str, factory: Factory, columns: Sequence[Backend], device: Dev
     for mode in settings.modes:
         train = mode == "training"
         inputs = training_inputs(model, given) if train else given
-        ref = snapshot(make_step(model, model, inputs, train)(), model, train, inputs)
         by_label = {b.label: Row(name, mode, b.label) for b in columns}
+        try:
+            ref = snapshot(make_step(model, model, inputs, train)(), model, train, inputs)
+        except Exception as exc:  # noqa: BLE001 - a model eager cannot run is reported, not fatal
+            for row in by_label.values():
+                row.error = f"eager: {_error(exc)}"
+            rows.extend(by_label.values())
+            progress.done += 3 + len(columns)  # the steps this mode would have taken
+            continue
         progress.show(f"{name} {mode}: eager-equivalent launches")
         for b in columns:
             try:

@@ -81,7 +81,7 @@ def make_step(fn: Callable[..., Any], model: torch.nn.Module, inputs: Sequence[t
               train: bool) -> Callable[[], Any]:
     """One inference call under ``no_grad``, or one training step: clear the gradients (the
     model's and any input's, so that no step accumulates into an earlier one's), forward, the sum
-    of the outputs as loss, backward."""
+    of the outputs as loss, backward (where any output carries a gradient)."""
 
     def step() -> Any:
         if not train:
@@ -91,7 +91,9 @@ def make_step(fn: Callable[..., Any], model: torch.nn.Module, inputs: Sequence[t
         for t in inputs:
             t.grad = None
         out = fn(*inputs)
-        sum(t.float().sum() for t in _leaves(out)).backward()
+        loss = sum(t.float().sum() for t in _leaves(out))
+        if isinstance(loss, torch.Tensor) and loss.requires_grad:  # outputs all detached: no backward to run
+            loss.backward()
         return out
 
     return step

@@ -140,3 +140,17 @@ def test_the_optimus_suite_is_pytorchs_test_patterns_without_the_ones_that_write
     every = harness.select_models(None, quick=True, suite_name="all")
     assert set(models) | set(zoo(True)) <= set(every)
     assert harness.select_models(["split_cat_identity"], quick=True)  # any suite's model by name
+
+
+def test_a_model_eager_cannot_run_is_a_row_with_its_error_and_the_suite_goes_on():
+    def broken(x):
+        raise ValueError("no such feature")
+
+    columns = backends(["inductor"])
+    settings = Settings.make(quick=True, device=Device("cpu"), modes=MODES)
+    progress = Progress(2 * (3 + len(columns)), io.StringIO())
+    rows = harness.measure("broken", lambda: (Fn(broken), (torch.randn(2),)), columns, Device("cpu"), settings,
+                           progress)
+    assert [r.mode for r in rows] == list(MODES)
+    assert all(r.error == "eager: ValueError: no such feature" for r in rows)
+    assert progress.done == progress.total

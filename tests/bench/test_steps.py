@@ -49,3 +49,10 @@ def test_a_model_without_parameters_trains_its_inputs():
     assert leaf.requires_grad and not x.requires_grad
     result = snapshot(make_step(double, double, (leaf,), True)(), double, True, (leaf,))
     torch.testing.assert_close(result.grads, [torch.full((3,), 2.0)])
+
+
+def test_a_training_step_whose_outputs_carry_no_gradient_runs_no_backward():
+    model = Fn(lambda t: t.clamp(-1, 1).detach())
+    (x,) = training_inputs(model, (torch.randn(3),))
+    out = make_step(model, model, (x,), True)()
+    assert x.grad is None and not out.requires_grad
