@@ -113,6 +113,46 @@ def side_by_side(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+#: The cases of each of PyTorch's test files, by name prefix (:mod:`optimus_egg.bench.optimus_cases`).
+_TEST_FILES = (("split_cat_", "split/cat"), ("group_batch_", "group/batch"))
+
+
+def by_test_file(results: dict[str, Any]) -> str:
+    """Per test file and mode: the cases, the launches and kernel objects each backend adds up to,
+    and the cases where optimus_egg's kernel objects are above the better peer's (a peer's output
+    that aliases an input counts one copy) or above plain Inductor's, or where it failed or was
+    wrong."""
+    rows = {(r["model"], r["mode"], r["backend"]): r for r in results["rows"]}
+    backends = ("inductor", "inductor+optimus", "optimus_egg")
+    lines = ["| file, mode | cases | launches / kernel objects: inductor | + Optimus | optimus_egg "
+             "| above the better peer | above inductor | failed or wrong |", "|" + "---|" * 8]
+    for prefix, label in _TEST_FILES:
+        for mode in ("inference", "training"):
+            models = [m for m, md, b in rows if md == mode and b == "optimus_egg" and m.startswith(prefix)]
+            if not models:
+                continue
+            totals = {b: [0, 0] for b in backends}
+            above_peer = above_inductor = bad = 0
+            for model in models:
+                by = {b: rows.get((model, mode, b)) for b in backends}
+                for b, row in by.items():
+                    totals[b][0] += (row or {}).get("launches") or 0
+                    totals[b][1] += (row or {}).get("kernels") or 0
+                egg = by["optimus_egg"]
+                if egg["kernels"] is None or egg["error"] or egg["equal"] is False:
+                    bad += 1
+                    continue
+                floors = {b: row["kernels"] + row.get("details", {}).get("aliased_outputs", 0)
+                          for b, row in by.items() if b != "optimus_egg" and row and row["kernels"] is not None
+                          and not row["error"] and row["equal"] is not False}
+                above_peer += bool(floors) and egg["kernels"] > min(floors.values())
+                above_inductor += "inductor" in floors and egg["kernels"] > floors["inductor"]
+            cells = [f"{label}, {mode}", str(len(models)), *(f"{t[0]} / {t[1]:,}" for t in totals.values()),
+                     str(above_peer), str(above_inductor), str(bad)]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     meta = results["meta"]
     m = meta["machine"]
@@ -123,6 +163,9 @@ def markdown(results: dict[str, Any]) -> str:
              f"{meta['cpu_s'] / 60:.1f} min (this process and the compilers it ran)"), ""]
     if {"inductor", "optimus_egg"} <= set(meta["backends"]):
         lines += ["### Side by side", "", side_by_side(results), ""]
+        if "inductor+optimus" in meta["backends"] and any(r["model"].startswith(p)
+                                                          for r in results["rows"] for p, _ in _TEST_FILES):
+            lines += ["### PyTorch's Optimus test patterns", "", by_test_file(results), ""]
     notes: list[str] = []
     for mode in ("inference", "training"):
         rows = [r for r in results["rows"] if r["mode"] == mode]

@@ -1,7 +1,7 @@
 """The side-by-side table: figures per backend, Optimus's verdict, and where optimus_egg is above."""
 
 from optimus_egg.bench.steps import Row
-from optimus_egg.bench.report import markdown, side_by_side
+from optimus_egg.bench.report import by_test_file, markdown, side_by_side
 
 
 def _row(backend, eager_launches, launches, kernels, equal=True, error=None, passes=None):
@@ -50,3 +50,22 @@ def test_an_output_optimus_returns_as_an_input_alias_counts_one_copy():
     assert _cells(side_by_side(results))[8] == "-"
     optimus["details"]["aliased_outputs"] = 1
     assert _cells(side_by_side(results))[8] == "**eager launches > Optimus; kernel objects > Optimus**"
+
+
+def test_the_optimus_patterns_add_up_per_test_file_and_count_the_cases_above_a_peer():
+    def row(model, backend, launches, kernels, aliased=0):
+        r = _row(backend, 1, launches, kernels)
+        r["model"] = model
+        r["details"]["aliased_outputs"] = aliased
+        return r
+
+    results = _results(row("split_cat_a", "inductor", 1, 8), row("split_cat_a", "inductor+optimus", 0, 0, aliased=1),
+                       row("split_cat_a", "optimus_egg", 1, 1),  # one copy: the floor
+                       row("split_cat_b", "inductor", 1, 4), row("split_cat_b", "inductor+optimus", 1, 3),
+                       row("split_cat_b", "optimus_egg", 1, 5),  # above both
+                       row("family_split_cat", "optimus_egg", 1, 5))  # not a pattern
+    lines = by_test_file(results).splitlines()
+    assert len(lines) == 3
+    assert [c.strip() for c in lines[2].strip("|").split("|")] == [
+        "split/cat, inference", "2", "2 / 12", "1 / 3", "2 / 6", "1", "1", "0"]
+    assert "### PyTorch's Optimus test patterns" in markdown(results)
