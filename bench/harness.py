@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from optimus_egg.bench import optimus_cases, plots
+from optimus_egg.bench import optimus_cases, plots, real
 from optimus_egg.bench.backends import INDUCTOR, OPTIMUS_EGG, STANDARD, Backend, backends, ensure_registered
 from optimus_egg.bench.device import Device, pick
 from optimus_egg.bench.families import families
@@ -252,7 +252,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", default="zoo", choices=SUITES,
                         help="the models run when --models is not given: the zoo (default), one "
                              "model per Optimus pass family (family_*), the patterns of PyTorch's "
-                             "tests of the Optimus passes (split_cat_*, group_batch_*), or all")
+                             "tests of the Optimus passes (split_cat_*, group_batch_*), published "
+                             "models from their public definitions (real_*), or all")
     parser.add_argument("--models", action="append", metavar="NAMES",
                         help=f"comma-separated subset of: {', '.join(zoo())}, and the models of the "
                              "other suites (repeatable)")
@@ -269,16 +270,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "shared with other work, 1 avoids OpenMP threads waiting on descheduled peers")
 
 
-SUITES = ("zoo", "families", "optimus", "all")
+SUITES = ("zoo", "families", "optimus", "real", "all")
 
 
 def suite(name: str, quick: bool) -> dict[str, Factory]:
     """A suite's models in table order: the zoo, the Optimus pass families
     (:mod:`optimus_egg.bench.families`), the patterns of PyTorch's own tests of those passes
     (:mod:`optimus_egg.bench.optimus_cases`; not the cases that write their inputs, which the
-    backends share), or all of them."""
+    backends share), published models written from their public definitions
+    (:mod:`optimus_egg.bench.real`), or all of them."""
     cases = {name: make for name, make in optimus_cases.cases().items() if name not in optimus_cases.MUTATES_INPUTS}
-    suites = {"zoo": zoo(quick), "families": families(), "optimus": cases}
+    suites = {"zoo": zoo(quick), "families": families(), "optimus": cases, "real": real.models(quick)}
     return suites[name] if name in suites else {model: make for part in suites.values() for model, make in part.items()}
 
 
