@@ -145,3 +145,16 @@ def test_the_copy_in_an_aten_graph_is_permute_and_clone():
     assert torch.ops.aten.permute.default in targets and torch.ops.aten.cat.default not in targets
     assert all(isinstance(t, torch._ops.OpOverload) for t in targets)
     torch.testing.assert_close(new(x)[0], torch.stack(torch.unbind(x.relu(), 1), 0) * 2)
+
+
+def test_no_copy_of_rows_the_rules_batch():
+    class Towers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.towers = nn.ModuleList(nn.Linear(8, 4) for _ in range(3))
+
+        def forward(self, x):
+            return torch.stack([t(x) for t in self.towers], 1).relu()
+
+    report, gm = check(Towers().eval(), torch.randn(5, 8))
+    assert not any(r in report.rules_fired for r in ("stacked-row", "cat-row", "piece-as-row")), report.rules_fired
