@@ -120,7 +120,7 @@ def measure(name: str, factory: Factory, columns: Sequence[Backend], device: Dev
             for row in by_label.values():
                 row.error = f"eager: {_error(exc)}"
             rows.extend(by_label.values())
-            progress.done += 3 + len(columns)  # the steps this mode would have taken
+            progress.done += units(1, 1, len(columns))  # the steps this mode would have taken
             continue
         progress.show(f"{name} {mode}: eager-equivalent launches")
         for b in columns:

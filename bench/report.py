@@ -75,6 +75,13 @@ def _verdict(r: dict[str, Any] | None) -> str:
     return {True: "yes", False: "**WRONG**", None: "-"}[r["equal"]]
 
 
+def _floor(row: dict[str, Any], key: str) -> Any:
+    """A peer's figure as optimus_egg is held to it: an output the peer returns as an alias of an
+    input counts one copy, since eager returns a fresh tensor there (None stays None)."""
+    value = row[key]
+    return None if value is None else value + row.get("details", {}).get("aliased_outputs", 0)
+
+
 def side_by_side(results: dict[str, Any]) -> str:
     """One line per model and mode: eager launches, launches/step and kernel objects of
     ``inductor`` / ``inductor+optimus`` / ``optimus_egg`` (eager launches lead with eager's),
@@ -98,9 +105,7 @@ def side_by_side(results: dict[str, Any]) -> str:
             cells.append(" / ".join(_num(v) for v in values))
             mine = egg[key] if egg else None
             for b in ("inductor", "inductor+optimus"):
-                theirs = by[b][key] if b in by else None
-                if theirs is not None:  # an output returned as an alias of an input: one copy is the floor
-                    theirs += by[b].get("details", {}).get("aliased_outputs", 0)
+                theirs = _floor(by[b], key) if b in by else None
                 if mine is not None and theirs is not None and mine > theirs:
                     above.append(f"{label} > {'Optimus' if b != 'inductor' else b}")
         optimus = by.get("inductor+optimus")
@@ -142,9 +147,8 @@ def by_test_file(results: dict[str, Any]) -> str:
                 if egg["kernels"] is None or egg["error"] or egg["equal"] is False:
                     bad += 1
                     continue
-                floors = {b: row["kernels"] + row.get("details", {}).get("aliased_outputs", 0)
-                          for b, row in by.items() if b != "optimus_egg" and row and row["kernels"] is not None
-                          and not row["error"] and row["equal"] is not False}
+                floors = {b: _floor(row, "kernels") for b, row in by.items() if b != "optimus_egg" and row
+                          and row["kernels"] is not None and not row["error"] and row["equal"] is not False}
                 above_peer += bool(floors) and egg["kernels"] > min(floors.values())
                 above_inductor += "inductor" in floors and egg["kernels"] > floors["inductor"]
             cells = [f"{label}, {mode}", str(len(models)), *(f"{t[0]} / {t[1]:,}" for t in totals.values()),

@@ -85,3 +85,11 @@ def launches(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor) ->
 def calls_to(gm: torch.fx.GraphModule, target: Any) -> int:
     """How many ``call_function`` nodes of ``gm`` call ``target``."""
     return sum(n.op == "call_function" and n.target is target for n in gm.graph.nodes)
+
+
+def assert_same_build(first: tuple[torch.nn.Module, tuple[Any, ...]], second: tuple[torch.nn.Module, tuple[Any, ...]],
+                      equal_nan: bool = False) -> None:
+    """Two builds of a seeded factory: the same weights and the same inputs, bit for bit."""
+    (m1, x1), (m2, x2) = first, second
+    for a, b in zip([*m1.state_dict().values(), *x1], [*m2.state_dict().values(), *x2], strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=equal_nan)

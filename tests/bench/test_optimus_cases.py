@@ -6,6 +6,8 @@ import torch
 from optimus_egg import optimize
 from optimus_egg.bench.optimus_cases import COUNTERS, MUTATES_INPUTS, NEWER_PASSES, TARGETS, cases
 
+from tests.helpers import assert_same_build
+
 CASES = cases()
 
 
@@ -69,9 +71,5 @@ def test_targets_are_optimus_pass_names():
 
 
 def test_factories_are_seeded():
-    for name, make in CASES.items():
-        (m1, x1), (m2, x2) = make(), make()
-        for a, b in zip(m1.state_dict().values(), m2.state_dict().values(), strict=True):
-            assert torch.equal(a, b), name
-        for a, b in zip(x1, x2, strict=True):
-            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+    for make in CASES.values():
+        assert_same_build(make(), make(), equal_nan=True)  # some inputs hold nan on purpose
