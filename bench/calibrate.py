@@ -27,7 +27,7 @@ import torch
 
 from optimus_egg.backend import BackwardPass
 from optimus_egg.bench.models import Factory, chain, rec_demo
-from optimus_egg.bench.zoo import zoo
+from optimus_egg.bench.harness import SUITES, suite
 from optimus_egg.counting import eager_launches, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
 from optimus_egg.extract.fusion import Prediction
@@ -39,14 +39,14 @@ from optimus_egg.pipeline import Options, capture, optimize_graph
 _EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
 
 
-def models(names: list[str] | None = None) -> dict[str, Factory]:
-    """The models of ``bench/models.py`` and the zoo's (quick); ``chainN`` is the cruft chain
-    with N blocks."""
-    out: dict[str, Factory] = {"chain12": chain(12), "rec_demo": rec_demo()}
+def models(names: list[str] | None = None, suite_name: str = "zoo") -> dict[str, Factory]:
+    """The models of ``bench/models.py`` and a bench suite's (quick; the zoo by default, any
+    model of any suite by name); ``chainN`` is the cruft chain with N blocks."""
+    out: dict[str, Factory] = {"chain12": chain(12), "rec_demo": rec_demo()} if suite_name in ("zoo", "all") else {}
     for name in names or []:
         if re.fullmatch(r"chain\d+", name):
             out[name] = chain(int(name[5:]))
-    out.update(zoo(quick=True))
+    out.update(suite("all" if names else suite_name, quick=True))
     if names:
         unknown = set(names) - set(out)
         if unknown:
@@ -101,6 +101,15 @@ def calibrate(factories: dict[str, Factory], cost_models: list[str]) -> list[dic
                          "pred kernels": pred.kernels})
             print(_format([rows[-1]], header=len(rows) == 1), flush=True)
     return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> str:
+    """How often the Inductor-aware model's kernel objects + extern calls are exact, per graph."""
+    errors = [r["pred kobj"] + r["pred extern"] - r["kobj"] - r["extern"] for r in rows]
+    exact = sum(e == 0 for e in errors)
+    return (f"\n{len(rows)} graphs: inductor model exact on {exact}, under on {sum(e < 0 for e in errors)}, "
+            f"over on {sum(e > 0 for e in errors)}; total |error| {sum(map(abs, errors))} kernel objects + extern "
+            f"calls of {sum(r['kobj'] + r['extern'] for r in rows)} measured")
 
 
 _COLUMNS = ("model", "graph", "eager launches", "eager model", "Inductor kobj+extern", "inductor model",
@@ -173,7 +182,8 @@ def against_gpu(path: str, names: list[str] | None = None) -> list[dict[str, Any
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", help="model names (default: all)")
+    parser.add_argument("--models", nargs="+", help="model names, from any suite (default: the suite's)")
+    parser.add_argument("--suite", default="zoo", choices=SUITES, help="the bench suite whose models to run")
     parser.add_argument("--cost-models", nargs="+", default=["eager", "inductor"])
     parser.add_argument("--extract", action="store_true", help="greedy vs exact extraction instead")
     parser.add_argument("--ilp-seconds", type=float, default=10.0)
@@ -183,11 +193,11 @@ def main() -> None:
     if args.gpu_results:
         against_gpu(args.gpu_results, args.models)
         return
-    factories = models(args.models)
+    factories = models(args.models, args.suite)
     if args.extract:
         compare_extractors(factories, args.cost_models, args.ilp_seconds)
     else:
-        calibrate(factories, args.cost_models)
+        print(summary(calibrate(factories, args.cost_models)))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from optimus_egg.calls import Call, Registry
 from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.dag import Dag, Fact, tensor_args
 from optimus_egg.ir import CONSTRUCTORS, from_list
-from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, LOOP_OPS, OPS, REDUCTIONS, Kind
+from optimus_egg.optable import CATS, CONTRACTIONS, FREE_CONSTRUCTORS, LOOP_OPS, OPS, REDUCTIONS, Kind, functional_name
 
 #: Op categories, each with its own weight. ``copy`` is a kernel that only moves data (a cat
 #: piece written into its slot); ``extern`` is any other call Inductor hands to a library or falls
@@ -49,7 +49,7 @@ def category(call: Call) -> str:
     """The category of a registry call; ``view`` for calls that never launch a kernel."""
     if call.cost == 0:
         return "view"
-    if call.constructor in ("Unary", "Binary") or call.name in _POINTWISE:
+    if call.constructor in ("Unary", "Binary") or call.name in _POINTWISE or functional_name(call.name) in _POINTWISE:
         return "pointwise"
     if call.name in REDUCTIONS:
         return "reduction"

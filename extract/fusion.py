@@ -45,6 +45,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch.utils import _pytree as pytree
 
 from optimus_egg.calls import Registry, Slot
@@ -83,6 +84,11 @@ class Prediction:
     @property
     def launches(self) -> int:
         return self.kernels + self.extern
+
+    def figure(self, device: str) -> float:
+        """The figure to minimize: on CPU the kernel objects and extern calls Inductor generates
+        (what a GPU would launch, and what compile time follows), elsewhere the launches."""
+        return float(self.objects + self.extern) if device == "cpu" else self.weighted
 
 
 @dataclass
@@ -174,6 +180,14 @@ def _reshaped(view: Term, base: Term) -> bool:
     return _unreshaped(view) is base
 
 
+def _rebase(view: Term, base: Term, new: Term) -> Term:
+    """``view`` of ``base`` as the same view of ``new``."""
+    if view is base:
+        return new
+    inner = tensor_args(view)[0]
+    return Term(view.op, tuple(_rebase(inner, base, new) if a is inner else a for a in view.args))
+
+
 def predict(dag: Dag, registry: Registry, weights: dict[str, float], device: str) -> Prediction:
     """The kernels Inductor generates for ``dag`` on ``device``, each weighted by its category."""
     sim = Simulation(registry, weights, device, dag.facts)
@@ -189,7 +203,8 @@ class Simulation:
     """One pass over a DAG in topological order, grouping terms into kernels."""
 
     def __init__(self, registry: Registry, weights: dict[str, float], device: str, facts: Facts) -> None:
-        self.registry, self.weights, self.device, self.facts = registry, weights, device, facts
+        self.registry, self.weights, self.device = registry, weights, device
+        self.facts = dict(facts)  # (with the facts it derives)
         self.uf = _UnionFind()
         self.kind: dict[Term, str] = {}
         self.src: dict[Term, Term] = {}  # a view -> the term it views
@@ -205,18 +220,43 @@ class Simulation:
         self.numels: dict[Term, int | None] = {}
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
+        self.slotted: set[Term] = set()  # pointwise and reduction terms that write a cat slot
+
+    def fact(self, term: Term) -> Fact | None:
+        """``term``'s shape and dtype: its fact, or for a pointwise call a rule made (which FX
+        gave none), its operands' broadcast shape."""
+        got = self.facts.get(term)
+        if (got is None and term.op == "Op" and term.args[0] in self.registry.calls  # (not a kernel it made up)
+                and kind_of(self.registry, "Op", term.args[0]) == "pointwise"):
+            known = [self.facts.get(a) for a in self.reads(term)]
+            if known and all(f is not None and None not in f[0] for f in known):
+                try:
+                    shape = tuple(torch.broadcast_shapes(*(f[0] for f in known)))  # type: ignore[index]
+                except RuntimeError:
+                    return None
+                got = self.facts[term] = (shape, known[0][1])  # type: ignore[index]
+        return got
 
     def numel(self, term: Term) -> int | None:
         if term not in self.numels:
-            self.numels[term] = _numel(self.facts.get(term))
+            self.numels[term] = _numel(self.fact(term))
         return self.numels[term]
+
+    def reads(self, term: Term) -> list[Term]:
+        """The tensors ``term`` computes from: an opaque call's list also holds the effect it is
+        ordered after, which is no operand (Inductor functionalizes in-place calls)."""
+        args = tensor_args(term)
+        if term.op != "Op":
+            return args
+        slots = [leaf.index for leaf in self.registry.calls[term.args[0]].leaves if isinstance(leaf, Slot)]
+        return args[: max(slots, default=-1) + 1]
 
     def count_readers(self, order: list[Term], roots: list[Term]) -> None:
         views: dict[Term, Term] = {}
         for term in order:
             op = term.op
             kind = kind_of(self.registry, op, term.args[0] if op in ("Unary", "Binary", "Op") else None)
-            args = tensor_args(term) if kind != "list" else []
+            args = self.reads(term) if kind != "list" else []
             if kind == "view" and args:
                 views[term] = views.get(args[0], args[0])
             elif kind != "list":
@@ -243,7 +283,7 @@ class Simulation:
     def _batched(self, x: Term) -> bool:
         """Is ``x``, a ``linear``'s input, of rank 3 or more and not the rows of a computed tensor
         as they lie (a reshape of it)? Inductor then runs a ``bmm`` and adds the bias after it."""
-        return len(self.facts.get(x, ((0, 0), ""))[0]) > 2 and _unreshaped(x) is not self.src.get(x)
+        return len((self.fact(x) or ((0, 0), ""))[0]) > 2 and _unreshaped(x) is not self.src.get(x)
 
     def level(self, term: Term) -> int:
         """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
@@ -281,7 +321,7 @@ class Simulation:
                 else:
                     self.uf.union(g, self.group[s])
                 continue
-            key: tuple[Any, ...] = (a, numel, self.depth[term])
+            key: tuple[Any, ...] = (_unreshaped(a), numel, self.depth[term])  # reshapes keep the order read
             if fusible:
                 if self.kind[s] == "pointwise":
                     inlined.add(a)  # recomputed here: it needs no kernel of its own for this read
@@ -312,7 +352,9 @@ class Simulation:
         kind = kind_of(self.registry, op, key)
         if kind == "list":
             return
-        args = tensor_args(term)
+        args = self.reads(term)
+        for before in tensor_args(term)[len(args):]:
+            self.use(before, None)  # an effect it is ordered after (frontend): it runs, as the program's does
         if kind in ("view", "input"):
             self.kind[term] = kind
             self.src[term] = self.src[args[0]] if kind == "view" and args else term
@@ -352,7 +394,7 @@ class Simulation:
             self.use(a, term)
         assert call is not None
         n_tensors = sum(isinstance(x, Slot) for x in call.leaves)
-        rank = len(self.facts[args[0]][0]) if args and args[0] in self.facts else 2
+        rank = len(self.fact(args[0])[0]) if args and self.fact(args[0]) else 2
         if call.name == "linear" and n_tensors >= 3 and self._batched(args[0]):
             # a bmm, then the bias added by a pointwise kernel that fuses with the consumers
             self.kind[term] = "pointwise"
@@ -371,7 +413,7 @@ class Simulation:
         """Does Inductor unroll this reduction into a pointwise op: fewer than
         ``unroll_reductions_threshold`` (8) elements reduced per output element, more than one
         output element? (A softmax over 4 gates is a pointwise kernel, not 4 loops.)"""
-        n_in, n_out, fact = self.numel(x), self.numel(term), self.facts.get(x)
+        n_in, n_out, fact = self.numel(x), self.numel(term), self.fact(x)
         if n_in is None or n_out is None or fact is None or n_out <= 1:
             return False
         if n_out < n_in:
@@ -423,7 +465,7 @@ class Simulation:
         self.kind[term] = "cat-kernel"
         self.depth[term] = depth
         self.pieces[term] = []
-        for a in args:
+        for slot, a in enumerate(args):
             s = self.src[a]
             whole = self.numel(a) == self.numel(s)
             if a is s and self.kind[s] == "matmul":
@@ -431,20 +473,33 @@ class Simulation:
                 continue  # a library matmul writes its result into the slot (out=); a fallback can't
             if self.kind[s] == "matmul" and whole and _reshaped(a, s):
                 continue  # ... unsqueezed too (a stack), but Inductor then reads the cat whole
-            if whole and self.kind[s] in ("pointwise", "reduction"):
+            if whole and self.kind[s] in ("pointwise", "reduction") and (s not in self.slotted or tensor_args(s)):
                 self.uf.groups[self.uf.find(self.group[s])].needed = True  # it writes its slot
+                self.slotted.add(s)
                 continue
-            write = Term("Op", ("<copy>", a, term))
+            write = Term("Op", ("<copy>", a, term, slot))
             self.kind[write], self.src[write] = "copy", write
             inlined = self.kind[s] == "pointwise"  # a piece of a pointwise kernel is recomputed
             g = self.new_group(write, "copy", self.depth[s] if inlined else self.level(a))
             self.uf.groups[g].needed = True
             if not inlined:
                 self.fuse_in(write, [a], self.numel(a))
-            elif (key := ("copy of", _unreshaped(a), self.depth[write])) in self.horizontal:
-                self.uf.union(self.horizontal[key], g)  # the same piece into several cats: one loop
+            elif not tensor_args(s):
+                pass  # a constant written into another slot: its loop shares no read with another
+            elif (key := (self.region(a), self.numel(a), self.depth[write])) in self.horizontal:
+                self.uf.union(self.horizontal[key], g)  # a loop reads the same region (one piece, several cats)
             else:
                 self.horizontal[key] = g
+
+    def region(self, piece: Term) -> Term:
+        """What copying ``piece``, a view of a pointwise op, reads: the same view of the op's
+        one operand where the op maps it element by element (``clone(x)[i]`` reads ``x[i]``, and
+        fuses with a copy of ``x[i]``), reshapes dropped."""
+        s = self.src[piece]
+        reads = self.reads(s)
+        if len(reads) != 1 or self.numel(reads[0]) != self.numel(s):
+            return _unreshaped(piece)
+        return _unreshaped(_rebase(piece, s, reads[0]))
 
     def scattered(self, term: Term, args: list[Term]) -> bool:
         """Is the cat ``term`` one the backend scatters from its pieces in one kernel: along dim
@@ -454,7 +509,7 @@ class Simulation:
         if (items(term.args[-1])[1] != 0 or not 1 < len(args) <= MAX_SCATTERED or term in self.not_matmul_read
                 or any(self.kind[s] != "input" for s in sources)):
             return False
-        facts = [self.facts.get(s) for s in sources]
+        facts = [self.fact(s) for s in sources]
         if any(f is None or not f[0] or None in f[0] for f in facts):
             return False
         if all(a.op == "Unsqueeze" and a.args[0] is s and a.args[1] == 0 for a, s in zip(args, sources)):

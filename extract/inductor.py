@@ -31,6 +31,7 @@ class InductorCost:
     def __init__(self, registry: Registry, weights: dict[str, float] | None = None, device: str = "cpu") -> None:
         self.registry = registry
         self.weights = _weights(weights)
+        self.unit = all(w == 1 for w in self.weights.values())
         self.device = device
 
     # -- the node-local approximation for the extractors ---------------------------------------
@@ -73,7 +74,10 @@ class InductorCost:
     # -- the figure reported: the simulation on a concrete DAG -----------------------------------
 
     def total(self, dag: Dag) -> float:
-        return self.predict(dag).weighted
+        """Kernel objects + extern calls on CPU; weighted launches elsewhere, or under a cost
+        profile's weights (what they were fitted to)."""
+        prediction = self.predict(dag)
+        return prediction.figure(self.device) if self.unit else prediction.weighted
 
     def predict(self, dag: Dag) -> Prediction:
         return predict(dag, self.registry, self.weights, self.device)

@@ -19,7 +19,8 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 __all__ = ["CATS", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
-           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
+           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS",
+           "functional_name", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
            "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
            "OpDef", "lookup"]
 
@@ -128,6 +129,21 @@ INPLACE_METHODS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__",
 INPLACE_OPERATORS = (operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv,
                      operator.ifloordiv, operator.ipow, operator.iand, operator.ior, operator.ixor,
                      operator.ilshift, operator.irshift, operator.imatmul)
+#: The functional op of an ``operator`` in-place spelling (``a += b`` computes ``add``).
+_INPLACE_OPERATOR_OPS = {"iadd": "add", "isub": "sub", "imul": "mul", "itruediv": "div", "ifloordiv": "floordiv",
+                         "ipow": "pow", "iand": "and_", "ior": "or_", "ixor": "xor"}
+
+
+def functional_name(name: str) -> str:
+    """The op an in-place call computes, as Inductor functionalizes it (``iadd``, ``__iadd__``:
+    ``add``; ``relu_``: ``relu``; ``and_`` is ``operator.and_``'s name, not a spelling: look the name
+    up as it is first); any other name as it is."""
+    bare = name.strip("_") if name.startswith("__") else name
+    if bare in _INPLACE_OPERATOR_OPS:
+        return _INPLACE_OPERATOR_OPS[bare]
+    return name[:-1] if name.endswith("_") and not name.startswith("_") and not name.endswith("__") else name
+
+
 #: Calls whose result depends on how their input is laid out in memory, not only on its values.
 LAYOUT_READERS = frozenset({"as_strided", "as_strided_copy", "as_strided_scatter"})
 #: The calls Dynamo writes where a ``with`` block changes how the calls after it compute: grad

@@ -21,7 +21,7 @@ class Options:
     families: tuple[str, ...] | None = None  # rule families; None = all
     budget: Budget = field(default_factory=Budget)
     strict: bool = False  # raise instead of falling back
-    cost_model: str = "eager"  # eager | inductor | memory (optimus_egg.extract.cost)
+    cost_model: str = "inductor"  # inductor | eager | memory (optimus_egg.extract.cost)
     extractor: str = "greedy"  # greedy | ilp | compare (optimus_egg.extract.select)
     ilp_seconds: float = 10.0  # the ILP's time limit; then the best found, or greedy's result
     cost_profile: str | None = None  # weights fitted by `optimus-egg tune` (a JSON file)
@@ -55,7 +55,7 @@ class Options:
             allowed = "True, False or 'auto'" if name == "rewrite_backward" else "True or False"
             if not (isinstance(flag, bool) or ("auto" in allowed and flag == "auto")):  # bool("false") is True
                 raise ValueError(f"option {name} must be {allowed}, got {flag!r}")
-        cost_model = select.check_name("cost_model", kw.get("cost_model", "eager"), select.COST_MODELS)
+        cost_model = select.check_name("cost_model", kw.get("cost_model", "inductor"), select.COST_MODELS)
         extractor = select.check_name("extractor", kw.get("extractor", "greedy"), select.EXTRACTORS)
         profile = kw.get("cost_profile")
         if profile is not None:

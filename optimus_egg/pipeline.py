@@ -221,7 +221,7 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # kernels the extraction did not price. They count as any kernel does: a copy of x for
         # cat(split(x)) is one kernel as the cat is, and reads one tensor where the cat reads each piece.
         report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in [*copies, *restrided])
-        cheaper = _cheaper(report, gm)
+        cheaper = _cheaper(report, gm, len(copies) + len(restrided))
         if cheaper is False:
             raise Keep("the outputs would need copies")
     if _grad_inputs(new_gm) != _grad_inputs(gm):
@@ -261,17 +261,24 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
     return new_gm
 
 
-def _cheaper(report: Report, gm: fx.GraphModule) -> bool | None:
-    """Fewer kernels, or as many reading fewer cat inputs. No cost model prices cat inputs in
-    kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes each one with a
-    loop of its own, and a piece glued back whole reads as one contiguous copy. With gradients
-    that tie is None, cheaper only if the emitted graph slices no more tensors outside splits
+def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
+    """Cheaper by the cost model's figure; on a tie under ``inductor``, fewer eager launches
+    (``copies``: the output copies added since extraction; what Inductor does not fuse, a GPU
+    launches); then fewer cat inputs. No cost model prices cat inputs in kernels (a cat is one
+    launch on a GPU), but Inductor's CPU backend writes each one with a loop of its own, and a
+    piece glued back whole reads as one contiguous copy. With gradients a tie-break is None,
+    cheaper only if the emitted graph slices no more tensors outside splits
     (:func:`_loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
     (which is why :func:`optimus_egg.cleanup.cut_cat_slices` cuts overlapping slices into one
     split)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    if report.cat_inputs[1] >= report.cat_inputs[0]:
+    launches = report.costs["eager"] if report.cost_model == "inductor" else (0.0, 0.0)
+    if abs(launches[1] + copies - launches[0]) > 1e-9:
+        fewer = launches[1] + copies < launches[0]
+    else:
+        fewer = report.cat_inputs[1] < report.cat_inputs[0]
+    if not fewer:
         return False
     return None if _grad_inputs(gm) else True
 

@@ -52,6 +52,19 @@ def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trial
     return report, gm
 
 
+#: The options a rule's test runs under: extraction by eager launches, which a rule that removes
+#: ops pays under by construction. The default, Inductor-aware model keeps several of these
+#: small graphs as written on CPU, where Inductor already fuses the ops piece by piece
+#: (tests/extract/test_inductor_default.py).
+EAGER = {"cost_model": "eager"}
+
+
+def check_rule(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, **options: Any
+               ) -> tuple[Report, torch.fx.GraphModule]:
+    """:func:`check` with the rule's graph extracted by eager launches (:data:`EAGER`)."""
+    return check(fn, *inputs, **{**EAGER, **options})
+
+
 def check_training(model: torch.nn.Module, *inputs: torch.Tensor, **options: Any) -> torch.fx.GraphModule:
     """:func:`check`, and every parameter gets the gradient eager gives it (None where eager's is None)."""
     _, gm = check(model, *inputs, **options)

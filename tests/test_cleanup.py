@@ -137,10 +137,10 @@ def test_as_many_kernels_with_overlapping_slices_that_cannot_be_cut_is_kept_in_t
         p = torch.split(x, 2, dim=1)
         return (torch.cat([*p[3:5], torch.tanh(p[0]), *p[:3]], 1),)
 
-    x = torch.randn(4, 12, requires_grad=True)
-    gm, report = optimize(Fn(gap), (x,))
+    x = torch.randn(4, 12, requires_grad=True)  # (a tie under eager launches: one cat either way)
+    gm, report = optimize(Fn(gap), (x,), cost_model="eager")
     assert report.kept and report.kept_reason == "slices would cost backward kernels"
-    assert not optimize(Fn(gap), (x.detach(),))[1].kept  # without gradients, fewer cat inputs win
+    assert not optimize(Fn(gap), (x.detach(),), cost_model="eager")[1].kept  # without gradients, fewer cat inputs win
 
 
 def test_a_narrow_kept_as_written_with_keywords_is_left_alone():

@@ -38,7 +38,7 @@ def test_a_cat_of_pieces_unflattened_to_size_one_is_written_as_a_stack():
     from torch._inductor.fx_passes.pre_grad import pre_grad_passes
 
     x, p = torch.randn(4, 5, 3), torch.randn(5, 3)
-    _, gm = check(_steps, x, p)
+    _, gm = check(_steps, x, p, cost_model="eager")
     assert calls_to(gm, torch.stack) == 1 and calls_to(gm, torch.cat) == 0 and calls_to(gm, torch.unflatten) == 0
     # Inductor's pre-grad sink_cat_after_pointwise splits a tanh of a cat into one per piece;
     # a stack it leaves alone
@@ -104,7 +104,7 @@ def test_calls_an_aten_graph_keeps_take_its_fake_values_and_match_a_fake_run():
     from optimus_egg.pipeline import Options, optimize_graph
 
     gm, grads, inputs = _aten_weight_grads()
-    new, report = optimize_graph(gm, Options(strict=True), disjoint_outputs=True)
+    new, report = optimize_graph(gm, Options(strict=True, cost_model="eager"), disjoint_outputs=True)
     assert not report.kept and any(n.target is torch.ops.aten.bmm.default for n in new.graph.nodes)
     for got, want in zip(new(*inputs), grads(*inputs), strict=True):
         torch.testing.assert_close(got, want)

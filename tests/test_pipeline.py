@@ -18,7 +18,7 @@ from tests.helpers import Fn
 
 def test_report_and_cost_model_match_measured_launches():
     model, inputs = chain(6)()
-    gm, report = optimize(model, inputs)
+    gm, report = optimize(model, inputs, cost_model="eager")
     assert report.kernels_before == eager_launches(model, *inputs)
     assert report.kernels_after == eager_launches(gm, *inputs)
     clean, _ = chain(6, clean=True)()
@@ -227,14 +227,14 @@ def test_as_many_kernels_reading_fewer_cat_inputs_is_taken():
     cat input with a loop of its own: the rewrite that glues pieces back whole is taken."""
     x = torch.randn(4, 12)
     gm0 = capture(Fn(lambda x: torch.cat([torch.tanh(x[:, :2]), *x.split(2, 1)], 1)), (x,))
-    gm, report = optimize_graph(gm0, Options())
+    gm, report = optimize_graph(gm0, Options(cost_model="eager"))
     assert report.kernels_after == report.kernels_before and report.cat_inputs == (7, 2)
     assert not report.kept and torch.equal(gm(x), gm0(x))
     # with gradients too: the rewrite slices no more than the program did (x[:, :2]), and
     # the split whose gradient was a cat is gone
     xg = torch.randn(4, 12, requires_grad=True)
     gm1 = capture(Fn(lambda x: torch.cat([torch.tanh(x[:, :2]), *x.split(2, 1)], 1)), (xg,))
-    gm, report = optimize_graph(gm1, Options())
+    gm, report = optimize_graph(gm1, Options(cost_model="eager"))
     assert not report.kept and torch.equal(gm(xg), gm1(xg))
     grads = [torch.autograd.grad(g(xg).sum(), xg)[0] for g in (gm, gm1)]
     torch.testing.assert_close(*grads)
@@ -279,7 +279,7 @@ def test_other_cost_models_are_figured_when_read(monkeypatch):
     monkeypatch.setattr(InductorCost, "total", lambda self, dag: calls.append(dag) or total(self, dag))
     model, inputs = chain(6)()
     cache.clear()
-    _, report = optimize(model, inputs)
+    _, report = optimize(model, inputs, cost_model="eager")
     assert report.cost_model == "eager" and not calls
     assert set(report.costs) == {"eager", "inductor", "memory"}  # listing them runs nothing
     assert not calls
@@ -287,7 +287,7 @@ def test_other_cost_models_are_figured_when_read(monkeypatch):
     assert len(calls) == 2 and report.costs["inductor"] == figures and len(calls) == 2
     _, under_inductor = optimize(model, inputs, cost_model="inductor")
     assert figures[0] == under_inductor.kernels_before
-    _, again = optimize(model, inputs)
+    _, again = optimize(model, inputs, cost_model="eager")
     assert again.cache_hit and dict(again.costs) == dict(report.costs)
 
 

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from optimus_egg import optimize
-from tests.helpers import Fn, check, launches
+from tests.helpers import EAGER, Fn, launches
+from tests.helpers import check_rule as check
 from tests.rewrites.linears import XG, XS, Gapped, Parallel, assert_same_gradients, calls_named
 
 
@@ -113,11 +114,11 @@ def test_linears_without_bias_become_one_bmm():
 
 def test_batched_linears_train_like_the_originals():
     model, x = Parallel(6), torch.randn(5, 24, requires_grad=True)
-    gm, report = optimize(model, (x,))
+    gm, report = optimize(model, (x,), **EAGER)
     assert calls_named(gm, "baddbmm") == 1
     assert_same_gradients(model, gm, x)
     model, x = Gapped(6), torch.randn(5, 48, requires_grad=True)
-    gm, report = optimize(model, (x,))
+    gm, report = optimize(model, (x,), **EAGER)
     assert report.rules_fired["batch-linear-as-select-of-baddbmm"] == 6 and calls_named(gm, "baddbmm") == 1
     assert_same_gradients(model, gm, x)
 
@@ -226,8 +227,8 @@ def test_lone_linears_add_no_rounds_to_saturation():
     from optimus_egg.bench.models import chain
 
     model, inputs = chain(12)()
-    _, alone = optimize(model, inputs, families=["split_cat", "pointwise"])
-    _, with_horizontal = optimize(model, inputs)
+    _, alone = optimize(model, inputs, families=["split_cat", "pointwise"], **EAGER)
+    _, with_horizontal = optimize(model, inputs, **EAGER)
     assert with_horizontal.stop_reason == alone.stop_reason == "saturated"
     assert with_horizontal.iterations == alone.iterations
     assert with_horizontal.kernels_after == alone.kernels_after
@@ -255,7 +256,7 @@ def _optimized(fn, inputs, disjoint_outputs=True):
     from optimus_egg.pipeline import Options, optimize_graph
 
     gm = _aten(fn, *inputs)
-    new, report = optimize_graph(gm, Options(strict=True), disjoint_outputs=disjoint_outputs)
+    new, report = optimize_graph(gm, Options(strict=True, cost_model="eager"), disjoint_outputs=disjoint_outputs)
     for trial in range(3):
         args = inputs if trial == 0 else tuple(torch.randn_like(t) for t in inputs)
         for got, want in zip(new(*args), fn(*args), strict=True):

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from optimus_egg import optimize
-from tests.helpers import check, launches
+from tests.helpers import EAGER, launches
+from tests.helpers import check_rule as check
 from tests.rewrites.linears import XG, XS, Gapped, Parallel, assert_same_gradients, calls_named
 
 
@@ -260,7 +261,7 @@ def test_layer_norms_over_both_dims_of_each_input_stay_exact():
 
 def test_fused_layer_norms_train_like_the_originals():
     model, x = Norms(), torch.randn(5, 48, requires_grad=True)
-    gm, report = optimize(model, (x,))
+    gm, report = optimize(model, (x,), **EAGER)
     assert calls_named(gm, "addcmul") == 1 and report.rules_fired["tiled-norm-as-select-of-addcmul"] == 6
     assert_same_gradients(model, gm, x)
 
@@ -278,7 +279,7 @@ def test_layer_norms_that_differ_depend_or_round_are_not_fused():
     report, _ = check(Mixed(), XN)
     assert "batch-norm-as-select-of-addcmul" not in report.rules_fired
     half = Norms(dtype=torch.bfloat16)  # the affine after the norm would round once more
-    gm, report = optimize(half, (XN.bfloat16(),))
+    gm, report = optimize(half, (XN.bfloat16(),), **EAGER)
     assert "batch-norm-member" not in report.rules_fired
     report, _ = check(Norms(), torch.randn(2, 48, 8))  # [2, 8, 8] pieces: only [n, d] ones are stacked
     assert "batch-norm-member" not in report.rules_fired

@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from tests.helpers import Fn, check, launches
+from tests.helpers import EAGER, Fn, launches
+from tests.helpers import check_rule as check
 
 X = torch.randn(4, 16)
 
