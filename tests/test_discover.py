@@ -7,7 +7,7 @@ import torch
 
 from optimus_egg import cli, rewrites
 from optimus_egg.discover import _canonical, check_batch, discover
-from optimus_egg.discover_programs import Prog, enumerate_programs, source
+from optimus_egg.discover_programs import Prog, copied, enumerate_programs, source
 from optimus_egg.egraph import Budget
 from optimus_egg.rewrites import Rule, op_named
 
@@ -39,10 +39,10 @@ def test_groups_by_values_and_aliasing():
 
 def test_the_egraph_proves_a_split_glued_back_whatever_the_sizes():
     fams = rewrites.families(["split_cat"])
-    pair = [cat(split(X, 2, 0), (0, 1), 0), cat(split(X, (1, 3), 0), (0, 1), 0)]
+    pair = [cat(split(X, 2, 0), (0, 1), 0), cat(split(X, (1, 3), 0), (0, 1), 0), copied(X)]
     reversed_ = cat(split(X, 2, 0), (1, 0), 0)
     (members, other), _ = check_batch([pair, [reversed_]], (4, 6), ("x",), fams, Budget(30, 50_000, 5.0))
-    assert members[0].eclass == members[1].eclass
+    assert members[0].eclass == members[1].eclass == members[2].eclass  # x, copied: the same values
     assert other[0].eclass != members[0].eclass  # the halves swapped: other values
     assert members[0].eager == 1 and members[0].inductor >= 1
 
