@@ -149,6 +149,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     tuning.add_arguments(sub.add_parser("tune", help="time each op category on this device and write a "
                                         "cost profile (cost_profile=PATH)"))
     commands["tune"] = tune
+    from optimus_egg import discover
+
+    discover.configure(sub.add_parser("discover", help="enumerate small programs and list the equalities "
+                                      "the rules do not prove, with candidate rules"))
+    commands["discover"] = discover.main
     args = parser.parse_args(argv)
     try:
         with explain.on_path(os.getcwd()):  # `mypkg.models:f`, `--families mypkg.rules` from here, as `python -m`

@@ -18,7 +18,7 @@ LAYERS = [
     {"egglog_bindings", "egraph", "frontend", "draws", "fake_values", "emit", "cleanup", "outputs", "extract",
      "extract."},
     {"options", "report", "guards", "modes", "cache", "verify", "post_grad", "pipeline", "backend"},
-    {"counting", "cli", "cli_options", "explain", "tune", "bench", "bench."},
+    {"counting", "cli", "cli_options", "explain", "tune", "discover", "discover_programs", "bench", "bench."},
 ]
 #: The emitter's side of the e-graph layer, which extraction never reads.
 EMITTER = {"emit", "cleanup", "outputs"}

@@ -1,0 +1,78 @@
+"""``optimus-egg discover``: enumeration, grouping by what a program computes, the e-graph's
+verdict on a group, and the findings it writes."""
+
+import json
+
+import torch
+
+from optimus_egg import cli, rewrites
+from optimus_egg.discover import _canonical, check_batch, discover
+from optimus_egg.discover_programs import Prog, copied, enumerate_programs, source
+from optimus_egg.egraph import Budget
+from optimus_egg.rewrites import Rule, op_named
+
+X = Prog("input", ("x",))
+
+
+def split(x, sizes, dim):
+    return Prog("split", (sizes, dim), (x,), 1, True)
+
+
+def cat(pieces, order, dim):
+    return Prog("cat", (order, dim), (pieces,), 2)
+
+
+def _group_of(groups, text):
+    return next(sig for sig, members in groups.members.items() if any(source(p) == text for p in members))
+
+
+def test_groups_by_values_and_aliasing():
+    groups = enumerate_programs((4, 6), ("x",), 2, 0, 10_000)
+    alias = _group_of(groups, "return x")
+    fresh = _group_of(groups, "v1 = torch.split(x, 2, 0); return torch.cat([v1[0], v1[1]], 0)")
+    assert alias.values == fresh.values and alias.aliases and not fresh.aliases  # same values, apart
+    assert _group_of(groups, "v1 = torch.chunk(x, 2, 0); return torch.cat([v1[0], v1[1]], 0)") == fresh
+    assert _group_of(groups, "return x[1:4]") != _group_of(groups, "v1 = torch.split(x, 2, 0); "
+                                                                   "return v1[1]")
+    assert all(p.size <= 2 for members in groups.members.values() for p in members)
+
+
+def test_the_egraph_proves_a_split_glued_back_whatever_the_sizes():
+    fams = rewrites.families(["split_cat"])
+    pair = [cat(split(X, 2, 0), (0, 1), 0), cat(split(X, (1, 3), 0), (0, 1), 0), copied(X)]
+    reversed_ = cat(split(X, 2, 0), (1, 0), 0)
+    (members, other), _ = check_batch([pair, [reversed_]], (4, 6), ("x",), fams, Budget(30, 50_000, 5.0))
+    assert members[0].eclass == members[1].eclass == members[2].eclass  # x, copied: the same values
+    assert other[0].eclass != members[0].eclass  # the halves swapped: other values
+    assert members[0].eager == 1 and members[0].inductor >= 1
+
+
+def test_findings_are_equal_unproven_and_well_formed():
+    summary, findings = discover([(4, 6)], ("x",), 2, ["split_cat", "pointwise"], batch=100)
+    assert summary.programs > 100 and summary.groups < summary.programs
+    assert summary.proven > 0 and summary.unproven >= len(findings) > 0
+    gains = [min(f.eager_gain, f.launches_gain) for f in findings]
+    assert gains == sorted(gains, reverse=True) and summary.forms == len(findings)
+    for f in findings[:10]:
+        x = torch.randn(4, 6)
+        namespace = {"torch": torch}
+        exec(f"def before(x):\n    {f.before.replace('; ', chr(10) + '    ')}\n"
+             f"def after(x):\n    {f.after.replace('; ', chr(10) + '    ')}\n", namespace)
+        assert torch.equal(namespace["before"](x), namespace["after"](x))
+        rule = eval(f.rule.split("  # ")[0], {"Rule": Rule, "op_named": op_named})
+        assert isinstance(rule, Rule)
+    assert all(f.held_on for f in findings)  # the instance reported is one
+
+
+def test_json_output(tmp_path, capsys):
+    path = tmp_path / "found.json"
+    assert cli.main(["discover", "--size", "1", "--shapes", "4x6", "--inputs", "1", "--json", str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert set(record["summary"]) >= {"programs", "groups", "proven", "unproven", "profitable", "seconds"}
+    assert all({"before", "after", "rule", "eager_gain", "held_on"} <= set(f) for f in record["findings"])
+    assert capsys.readouterr().out.startswith(f"discover: {record['summary']['programs']} programs")
+
+
+def test_findings_of_one_form_on_either_input_are_one():
+    assert _canonical("relu(relu(y))", "relu(y)") == ("relu(relu(x))", "relu(x)")
+    assert _canonical("add(y, x)", "add(x, y)") == ("add(x, y)", "add(y, x)")
