@@ -14,9 +14,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from optimus_egg.bench.chain import searched
+from dataclasses import replace
+
+from optimus_egg.bench.chain import STRICT, searched
 from optimus_egg.bench.models import WIDE_SHAPES, wide
 from optimus_egg.cli_options import positive_int
+from optimus_egg.extract.select import COST_MODELS
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -24,9 +27,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("towers", type=positive_int, nargs="+")
     parser.add_argument("--reps", type=positive_int, default=3, help="optimize runs (median)")
     parser.add_argument("--shape", choices=sorted(WIDE_SHAPES), default="towers")
+    parser.add_argument("--cost-model", choices=sorted(COST_MODELS), default="eager",
+                        help="what extraction minimizes (default: eager launches, what a GPU pays for N "
+                        "towers; on CPU the default inductor model keeps linears that addmm writes in place)")
     args = parser.parse_args(argv)
     for n in args.towers:
-        print(searched(n, *wide(n, shape=args.shape)(), args.reps))
+        print(searched(n, *wide(n, shape=args.shape)(), args.reps, options=replace(STRICT, cost_model=args.cost_model)))
 
 
 if __name__ == "__main__":

@@ -2,12 +2,12 @@
 
 Three models, chosen by the ``cost_model`` option:
 
-``eager`` (:class:`KernelCost`, the default)
+``inductor`` (:class:`InductorCost`, the default)
+    What Inductor will build after fusion: pointwise chains fuse, views are free, matmuls and
+    other extern calls are one each, reductions and cat have their own rules (see the class).
+``eager`` (:class:`KernelCost`)
     Eager launches: every op that launches a kernel costs 1, views cost 0. What a GPU pays per
     step in eager mode, and what launch-bound recommendation models lose their time to.
-``inductor`` (:class:`InductorCost`)
-    What Inductor will launch after fusion: pointwise chains fuse, views are free, matmuls and
-    other extern calls are one each, reductions and cat have their own rules (see the class).
 ``memory`` (:class:`MemoryCost`)
     Bytes read and written by every op that launches a kernel, from the shapes and dtypes the
     graph's metadata and the e-graph's shape rules know.

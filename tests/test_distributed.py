@@ -164,4 +164,4 @@ def test_fsdp2_sharded_blocks_are_optimized_and_train_like_eager_fsdp2(tmp_path)
         # are compiled one by one or Dynamo gets there from the whole model (it skips the root's
         # frame, whose loop calls the sharded blocks' hooks, and compiles each block's forward).
         for variant in ("per_block", "whole"):
-            assert all((before, after) == (7, 2) for _, _, before, after, _ in res[variant]["reports"])
+            assert all(after < before for _, _, before, after, _ in res[variant]["reports"])

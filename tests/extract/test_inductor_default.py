@@ -1,0 +1,47 @@
+"""The default cost model is Inductor-aware: a graph is rewritten only where Inductor builds it
+with no more kernel objects + extern calls than as written (CPU), and its figures are Inductor's."""
+
+import torch
+
+from optimus_egg import optimize
+from optimus_egg.bench.calibrate import measure
+from optimus_egg.bench.models import chain
+from tests.helpers import INDUCTOR_2_13, Fn
+from tests.rewrites.linears import XG, Gapped, calls_named
+
+
+def _built(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
+    got = measure(model, inputs)
+    return got["objects"] + got["extern"]
+
+
+@INDUCTOR_2_13
+def test_figures_are_what_inductor_builds_and_the_cruft_goes():
+    model, inputs = chain(2)()
+    gm, report = optimize(model, inputs)
+    assert report.cost_model == "inductor" and not report.kept
+    assert report.kernels_before == _built(model, inputs) > report.kernels_after == _built(gm, inputs)
+
+
+@INDUCTOR_2_13
+def test_a_rewrite_inductor_builds_with_more_loops_is_not_taken():
+    """A stack of relus is one relu of the stack in eager launches (2 for 4), but CPU Inductor
+    writes each relu into its slot (3 loops) where the stack of inputs first costs a loop each."""
+    xs = tuple(torch.randn(4, 3) for _ in range(3))
+    model = Fn(lambda a, b, c: torch.stack([a.relu(), b.relu(), c.relu()], 0))
+    gm, report = optimize(model, xs)
+    assert report.kept and gm is not model and _built(gm, xs) == _built(model, xs)
+    eager_gm, eager_report = optimize(model, xs, cost_model="eager")
+    assert not eager_report.kept and _built(eager_gm, xs) > _built(model, xs)
+
+
+@INDUCTOR_2_13
+def test_linears_are_batched_on_cpu_only_where_inductor_builds_less():
+    """Eight linears on pieces of one input write their cat's slots straight from ``addmm``;
+    batched, the pieces, weights and biases are copied into stacks first: more to build."""
+    model = Gapped(8)
+    gm, report = optimize(model, (XG,))
+    assert calls_named(gm, "linear") == 8 and calls_named(gm, "baddbmm") == 0
+    eager_gm, _ = optimize(model, (XG,), cost_model="eager")
+    assert calls_named(eager_gm, "baddbmm") == 1
+    assert _built(gm, (XG,)) <= _built(model, (XG,)) < _built(eager_gm, (XG,))
