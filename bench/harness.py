@@ -45,6 +45,7 @@ from optimus_egg.bench.steps import (
     MODES,
     Row,
     Settings,
+    clear_grads,
     compare,
     compile_first_step,
     cpu_seconds,
@@ -57,7 +58,7 @@ from optimus_egg.bench.steps import (
     training_inputs,
     warm_up,
 )
-from optimus_egg.bench.zoo import zoo
+from optimus_egg.bench.zoo import SIZES, zoo
 from optimus_egg.cli_options import add_option_args, options_from_args, positive_int
 
 
@@ -153,6 +154,8 @@ def measure(name: str, factory: Factory, columns: Sequence[Backend], device: Dev
         progress.show(f"{name} {mode}: peak memory")
         for label, step in steps.items():
             row = by_label[label]
+            # from no gradients, so that the figure holds this step's own, not less the last's
+            clear_grads(model, inputs)
             row.peak_bytes = device.peak_bytes(step)
             profiled = device.kernel_launches(step)
             if profiled is not None:
@@ -254,6 +257,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "model per Optimus pass family (family_*), the patterns of PyTorch's "
                              "tests of the Optimus passes (split_cat_*, group_batch_*), published "
                              "models from their public definitions (real_*), or all")
+    parser.add_argument("--size", default="toy", choices=SIZES,
+                        help="the zoo's sizes: toy (default) or realistic (batch 1024, layers 256 "
+                             "wide or wider); the other suites have one size")
     parser.add_argument("--models", action="append", metavar="NAMES",
                         help=f"comma-separated subset of: {', '.join(zoo())}, and the models of the "
                              "other suites (repeatable)")
@@ -273,21 +279,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 SUITES = ("zoo", "families", "optimus", "real", "all")
 
 
-def suite(name: str, quick: bool) -> dict[str, Factory]:
+def suite(name: str, quick: bool, size: str = "toy") -> dict[str, Factory]:
     """A suite's models in table order: the zoo, the Optimus pass families
     (:mod:`optimus_egg.bench.families`), the patterns of PyTorch's own tests of those passes
     (:mod:`optimus_egg.bench.optimus_cases`; not the cases that write their inputs, which the
     backends share), published models written from their public definitions
     (:mod:`optimus_egg.bench.real`), or all of them."""
     cases = {name: make for name, make in optimus_cases.cases().items() if name not in optimus_cases.MUTATES_INPUTS}
-    suites = {"zoo": zoo(quick), "families": families(), "optimus": cases, "real": real.models(quick)}
+    suites = {"zoo": zoo(quick, size), "families": families(), "optimus": cases, "real": real.models(quick)}
     return suites[name] if name in suites else {model: make for part in suites.values() for model, make in part.items()}
 
 
-def select_models(names: Sequence[str] | None, quick: bool, suite_name: str = "zoo") -> dict[str, Factory]:
+def select_models(names: Sequence[str] | None, quick: bool, suite_name: str = "zoo", size: str = "toy"
+                  ) -> dict[str, Factory]:
     """The models named (from any suite), else the whole suite."""
-    available = suite("all", quick)
-    wanted = _split(names) or list(suite(suite_name, quick))
+    available = suite("all", quick, size)
+    wanted = _split(names) or list(suite(suite_name, quick, size))
     unknown = [n for n in wanted if n not in available]
     if unknown:
         raise ValueError(f"unknown model(s) {unknown}; valid: {', '.join(available)}")
@@ -309,6 +316,8 @@ def command_line(args: argparse.Namespace) -> str:
         parts.append("--quick")
     if args.suite != "zoo":
         parts.append(f"--suite {args.suite}")
+    if args.size != "toy":
+        parts.append(f"--size {args.size}")
     for flag in ("models", "backends"):
         if getattr(args, flag):
             parts.append(f"--{flag} {','.join(_split(getattr(args, flag)))}")
@@ -330,7 +339,7 @@ def main(args: argparse.Namespace) -> int:
     """``optimus-egg bench``: print the table; exit 1 when an optimus_egg column is wrong or
     failed (a wrong Optimus or Inductor column is a finding, reported in the table)."""
     try:
-        models = select_models(args.models, args.quick, args.suite)
+        models = select_models(args.models, args.quick, args.suite, args.size)
         columns = backends(_split(args.backends) or STANDARD, args.rules, options_from_args(args))
         modes = select_modes(args.modes)
         device = pick(args.device)

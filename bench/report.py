@@ -24,7 +24,8 @@ NOTES = """\
   `torch._inductor.metrics.num_bytes_accessed` (Inductor's estimate over its kernels).
 - compile s: compile + first step ({caches}). optimize s: optimus_egg's own share of it.
 - step ms: median of {reps} interleaved rounds; vs inductor: ratio to the `inductor` column (< 1 is faster).
-- peak mem: peak bytes allocated during one step above what was live before it.
+- peak mem: peak bytes allocated during one step above what was live before it (a training step
+  starts with no gradients, so its own gradients count).
 """
 
 _LAUNCHES = {

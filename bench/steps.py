@@ -87,9 +87,7 @@ def make_step(fn: Callable[..., Any], model: torch.nn.Module, inputs: Sequence[t
         if not train:
             with torch.no_grad():
                 return fn(*inputs)
-        model.zero_grad(set_to_none=True)
-        for t in inputs:
-            t.grad = None
+        clear_grads(model, inputs)
         out = fn(*inputs)
         loss = sum(t.float().sum() for t in _leaves(out))
         if isinstance(loss, torch.Tensor) and loss.requires_grad:  # outputs all detached: no backward to run
@@ -97,6 +95,13 @@ def make_step(fn: Callable[..., Any], model: torch.nn.Module, inputs: Sequence[t
         return out
 
     return step
+
+
+def clear_grads(model: torch.nn.Module, inputs: Sequence[torch.Tensor]) -> None:
+    """Drop the gradients of the model and of the inputs (their memory is freed, not zeroed)."""
+    model.zero_grad(set_to_none=True)
+    for t in inputs:
+        t.grad = None
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """The benchmark zoo: small recommendation models written the way production rec code looks.
 
-Each model is a common architecture at toy sizes, with the split/cat/stack/unbind plumbing such
-code accumulates (per-feature preprocessing that splits a dense block and glues it back, per-table
-lookups over an unbound id tensor, expert outputs stacked and re-split). Sizes are small enough
-that Inductor compiles each in well under a minute on CPU.
+Each model is a common architecture, with the split/cat/stack/unbind plumbing such code
+accumulates (per-feature preprocessing that splits a dense block and glues it back, per-table
+lookups over an unbound id tensor, expert outputs stacked and re-split). Two sizes of the same
+graphs: ``toy`` (the default: Inductor compiles each in well under a minute on CPU, and a step
+takes a millisecond) and ``realistic`` (batch 1024, layers 256 wide or wider: what memory and
+step time are like where activations, not launch overheads, dominate).
 
 Every entry of :func:`zoo` is a :data:`~optimus_egg.bench.models.Factory`: it seeds the RNG,
 builds the model and its example inputs, so every backend sees the same weights and inputs.
@@ -21,6 +23,7 @@ from optimus_egg.bench.models import Factory, chain
 
 BATCH = 64
 VOCAB = 100
+SIZES = ("toy", "realistic")
 
 
 def mlp(*sizes: int) -> nn.Sequential:
@@ -48,16 +51,16 @@ class DLRM(nn.Module):
     """DLRM (Naumov et al. 2019): bottom MLP over dense features, one pooled EmbeddingBag per
     sparse feature, pairwise dot-product interaction of all feature vectors, top MLP."""
 
-    def __init__(self, dense: int = 13, tables: int = 8, dim: int = 16) -> None:
+    def __init__(self, dense: int = 13, tables: int = 8, dim: int = 16, hidden: int = 64) -> None:
         super().__init__()
         self.dim = dim
-        self.bottom = mlp(dense, 64, dim)
+        self.bottom = mlp(dense, hidden, dim)
         self.emb = nn.ModuleList(nn.EmbeddingBag(VOCAB, dim, mode="sum") for _ in range(tables))
         n = tables + 1
         li, lj = torch.tril_indices(n, n, offset=-1)
         self.register_buffer("li", li, persistent=False)
         self.register_buffer("lj", lj, persistent=False)
-        self.top = mlp(dim + n * (n - 1) // 2, 64, 1)
+        self.top = mlp(dim + n * (n - 1) // 2, hidden, 1)
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         x = self.bottom(per_feature(log_transform, dense))
@@ -68,8 +71,8 @@ class DLRM(nn.Module):
         return torch.sigmoid(self.top(torch.cat([x, zflat], dim=1)))
 
 
-def dlrm(batch: int = BATCH) -> Factory:
-    return _factory(DLRM, lambda: (torch.rand(batch, 13) * 10, torch.randint(0, VOCAB, (batch, 8, 3))))
+def dlrm(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: DLRM(**widths), lambda: (torch.rand(batch, 13) * 10, torch.randint(0, VOCAB, (batch, 8, 3))))
 
 
 class Features(nn.Module):
@@ -95,13 +98,13 @@ class DCNv2(nn.Module):
     """DCN-v2 (Wang et al. 2021): full-rank cross layers x_{l+1} = x0 * (W x_l + b) + x_l next to
     a deep MLP, both over the concatenated features."""
 
-    def __init__(self, dense: int = 13, fields: int = 8, dim: int = 8, layers: int = 3) -> None:
+    def __init__(self, dense: int = 13, fields: int = 8, dim: int = 8, layers: int = 3, hidden: int = 64) -> None:
         super().__init__()
         self.features = Features(dense, fields, dim)
         d0 = self.features.width
         self.cross = nn.ModuleList(nn.Linear(d0, d0) for _ in range(layers))
-        self.deep = mlp(d0, 64, 32)
-        self.out = nn.Linear(d0 + 32, 1)
+        self.deep = mlp(d0, hidden, hidden // 2)
+        self.out = nn.Linear(d0 + hidden // 2, 1)
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         x0 = self.features(dense, ids)
@@ -111,19 +114,19 @@ class DCNv2(nn.Module):
         return torch.sigmoid(self.out(torch.cat([x, torch.relu(self.deep(x0))], dim=1)))
 
 
-def dcn_v2(batch: int = BATCH) -> Factory:
-    return _factory(DCNv2, _dense_and_ids(batch, 13, 8))
+def dcn_v2(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: DCNv2(**widths), _dense_and_ids(batch, 13, 8))
 
 
 class DeepFM(nn.Module):
     """DeepFM (Guo et al. 2017): first-order weights, the factorization machine's second-order
     term over field embeddings, and a deep MLP over the flattened embeddings."""
 
-    def __init__(self, fields: int = 10, dim: int = 8) -> None:
+    def __init__(self, fields: int = 10, dim: int = 8, hidden: int = 64) -> None:
         super().__init__()
         self.emb = nn.ModuleList(nn.Embedding(VOCAB, dim) for _ in range(fields))
         self.first = nn.ModuleList(nn.Embedding(VOCAB, 1) for _ in range(fields))
-        self.deep = mlp(fields * dim, 64, 32, 1)
+        self.deep = mlp(fields * dim, hidden, hidden // 2, 1)
         self.bias = nn.Parameter(torch.zeros(1))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
@@ -136,8 +139,8 @@ class DeepFM(nn.Module):
         return torch.sigmoid(first + second + deep + self.bias)
 
 
-def deepfm(batch: int = BATCH) -> Factory:
-    return _factory(DeepFM, lambda: (torch.randint(0, VOCAB, (batch, 10)),))
+def deepfm(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: DeepFM(**widths), lambda: (torch.randint(0, VOCAB, (batch, 10)),))
 
 
 def _mix(gate: torch.Tensor, experts: list[torch.Tensor]) -> torch.Tensor:
@@ -150,13 +153,13 @@ class MMoE(nn.Module):
     """MMoE (Ma et al. 2018): shared experts, one softmax gate and one tower per task."""
 
     def __init__(self, dense: int = 8, fields: int = 6, dim: int = 8, experts: int = 4,
-                 expert_dim: int = 16, tasks: int = 3) -> None:
+                 expert_dim: int = 16, tasks: int = 3, hidden: int = 32) -> None:
         super().__init__()
         self.features = Features(dense, fields, dim)
         d = self.features.width
-        self.experts = nn.ModuleList(mlp(d, 32, expert_dim) for _ in range(experts))
+        self.experts = nn.ModuleList(mlp(d, hidden, expert_dim) for _ in range(experts))
         self.gates = nn.ModuleList(nn.Linear(d, experts) for _ in range(tasks))
-        self.towers = nn.ModuleList(mlp(expert_dim, 16, 1) for _ in range(tasks))
+        self.towers = nn.ModuleList(mlp(expert_dim, hidden // 2, 1) for _ in range(tasks))
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         x = self.features(dense, ids)
@@ -165,8 +168,8 @@ class MMoE(nn.Module):
         return torch.cat(preds, dim=1)
 
 
-def mmoe(batch: int = BATCH) -> Factory:
-    return _factory(MMoE, _dense_and_ids(batch, 8, 6))
+def mmoe(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: MMoE(**widths), _dense_and_ids(batch, 8, 6))
 
 
 class PLE(nn.Module):
@@ -174,14 +177,14 @@ class PLE(nn.Module):
     each task's gate mixes its own and the shared experts, the shared gate mixes all of them."""
 
     def __init__(self, dense: int = 8, fields: int = 6, dim: int = 8, tasks: int = 2, specific: int = 2,
-                 shared: int = 2, levels: int = 2, expert_dim: int = 16) -> None:
+                 shared: int = 2, levels: int = 2, expert_dim: int = 16, hidden: int = 32) -> None:
         super().__init__()
         self.features = Features(dense, fields, dim)
         self.tasks, self.levels = tasks, levels
         widths = [self.features.width] + [expert_dim] * (levels - 1)
 
         def experts(n: int, d: int) -> nn.ModuleList:
-            return nn.ModuleList(mlp(d, 32, expert_dim) for _ in range(n))
+            return nn.ModuleList(mlp(d, hidden, expert_dim) for _ in range(n))
 
         self.task_experts = nn.ModuleList(
             nn.ModuleList(experts(specific, widths[lv]) for _ in range(tasks)) for lv in range(levels))
@@ -190,7 +193,7 @@ class PLE(nn.Module):
             nn.ModuleList(nn.Linear(widths[lv], specific + shared) for _ in range(tasks)) for lv in range(levels))
         self.shared_gates = nn.ModuleList(
             nn.Linear(widths[lv], tasks * specific + shared) for lv in range(levels - 1))
-        self.towers = nn.ModuleList(mlp(expert_dim, 16, 1) for _ in range(tasks))
+        self.towers = nn.ModuleList(mlp(expert_dim, hidden // 2, 1) for _ in range(tasks))
 
     def forward(self, dense: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         x = self.features(dense, ids)
@@ -206,8 +209,8 @@ class PLE(nn.Module):
         return torch.cat([torch.sigmoid(tower(h)) for tower, h in zip(self.towers, inputs)], dim=1)
 
 
-def ple(batch: int = BATCH) -> Factory:
-    return _factory(PLE, _dense_and_ids(batch, 8, 6))
+def ple(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: PLE(**widths), _dense_and_ids(batch, 8, 6))
 
 
 class FeatureTowers(nn.Module):
@@ -219,7 +222,7 @@ class FeatureTowers(nn.Module):
         self.width = width
         self.towers = nn.ModuleList(mlp(width, hidden, hidden) for _ in range(groups))
         self.norm = nn.LayerNorm(groups * hidden)
-        self.head = mlp(groups * hidden, 32, 1)
+        self.head = mlp(groups * hidden, 4 * hidden, 1)
 
     def forward(self, dense: torch.Tensor) -> torch.Tensor:
         groups = [torch.nan_to_num(g).clamp(-5.0, 5.0) for g in dense.split(self.width, dim=1)]
@@ -229,8 +232,8 @@ class FeatureTowers(nn.Module):
         return torch.sigmoid(self.head(self.norm(x)))
 
 
-def feature_towers(batch: int = BATCH) -> Factory:
-    return _factory(FeatureTowers, lambda: (torch.randn(batch, 32),))
+def feature_towers(batch: int = BATCH, groups: int = 8, width: int = 4, **widths: int) -> Factory:
+    return _factory(lambda: FeatureTowers(groups, width, **widths), lambda: (torch.randn(batch, groups * width),))
 
 
 class SequenceFeatures(nn.Module):
@@ -238,12 +241,12 @@ class SequenceFeatures(nn.Module):
     code often is: unbind the history, add positions and transform each step, stack it back,
     and pool with per-step weights."""
 
-    def __init__(self, length: int = 10, dim: int = 16) -> None:
+    def __init__(self, length: int = 10, dim: int = 16, hidden: int = 32) -> None:
         super().__init__()
         self.item = nn.Embedding(VOCAB, dim)
         self.pos = nn.Parameter(torch.randn(length, dim) * 0.1)
-        self.att = mlp(4 * dim, 32, 1)
-        self.head = mlp(2 * dim, 32, 1)
+        self.att = mlp(4 * dim, hidden, 1)
+        self.head = mlp(2 * dim, hidden, 1)
 
     def forward(self, history: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         q = self.item(target)
@@ -257,8 +260,8 @@ class SequenceFeatures(nn.Module):
         return torch.sigmoid(self.head(torch.cat([pooled, q], dim=1)))
 
 
-def sequence(batch: int = BATCH) -> Factory:
-    return _factory(SequenceFeatures,
+def sequence(batch: int = BATCH, **widths: int) -> Factory:
+    return _factory(lambda: SequenceFeatures(**widths),
                     lambda: (torch.randint(0, VOCAB, (batch, 10)), torch.randint(0, VOCAB, (batch,))))
 
 
@@ -274,18 +277,39 @@ def _factory(build: Callable[[], nn.Module], inputs: Callable[[], tuple[torch.Te
 #: Blocks of the cruft chain and its clean twin in the full and the ``--quick`` suite.
 CHAIN_BLOCKS = {False: 48, True: 8}
 
+#: The ``realistic`` size: a production batch, and every model's widths (hidden layers,
+#: embedding dims, expert outputs) set so that its layers are 256 wide or wider.
+REALISTIC_BATCH = 1024
+REALISTIC_WIDTHS: dict[str, dict[str, int]] = {
+    "dlrm": {"dim": 64, "hidden": 512},
+    "dcn_v2": {"dim": 32, "hidden": 512},
+    "deepfm": {"dim": 32, "hidden": 512},
+    "mmoe": {"dim": 48, "hidden": 512, "expert_dim": 256},
+    "ple": {"dim": 48, "hidden": 512, "expert_dim": 256},
+    "feature_towers": {"width": 32, "hidden": 256},
+    "sequence": {"dim": 64, "hidden": 256},
+    "cruft_chain": {"width": 256},
+}
 
-def zoo(quick: bool = False) -> dict[str, Factory]:
-    """Every benchmark model by name, in table order."""
+
+def zoo(quick: bool = False, size: str = "toy") -> dict[str, Factory]:
+    """Every benchmark model by name, in table order, at the ``toy`` or the ``realistic`` size."""
+    if size not in SIZES:
+        raise ValueError(f"unknown size {size!r}; valid: {', '.join(SIZES)}")
     blocks = CHAIN_BLOCKS[quick]
+    realistic = size == "realistic"
+
+    def sized(name: str) -> dict[str, int]:
+        return {"batch": REALISTIC_BATCH, **REALISTIC_WIDTHS[name]} if realistic else {}
+
     return {
-        "dlrm": dlrm(),
-        "dcn_v2": dcn_v2(),
-        "deepfm": deepfm(),
-        "mmoe": mmoe(),
-        "ple": ple(),
-        "feature_towers": feature_towers(),
-        "sequence": sequence(),
-        "cruft_chain": chain(blocks),
-        "clean_chain": chain(blocks, clean=True),
+        "dlrm": dlrm(**sized("dlrm")),
+        "dcn_v2": dcn_v2(**sized("dcn_v2")),
+        "deepfm": deepfm(**sized("deepfm")),
+        "mmoe": mmoe(**sized("mmoe")),
+        "ple": ple(**sized("ple")),
+        "feature_towers": feature_towers(**sized("feature_towers")),
+        "sequence": sequence(**sized("sequence")),
+        "cruft_chain": chain(blocks, **sized("cruft_chain")),
+        "clean_chain": chain(blocks, clean=True, **sized("cruft_chain")),
     }

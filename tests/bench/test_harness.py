@@ -38,6 +38,10 @@ def test_arguments_repeat_and_split_on_commas():
     assert list(harness.select_models(defaults.models, False)) == list(zoo())
     assert harness.select_modes(defaults.modes) == MODES
     assert harness.command_line(defaults) == "optimus-egg bench"
+    realistic = parse("--size", "realistic", "--models", "dlrm")
+    assert harness.command_line(realistic) == "optimus-egg bench --size realistic --models dlrm"
+    _, inputs = harness.select_models(realistic.models, False, size=realistic.size)["dlrm"]()
+    assert inputs[0].shape[0] > harness.select_models(defaults.models, False)["dlrm"]()[1][0].shape[0]
 
 
 @pytest.mark.parametrize("argv, message", [

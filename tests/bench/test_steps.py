@@ -4,8 +4,8 @@ import pytest
 import torch
 from optimus_egg.bench.backends import backends
 from optimus_egg.bench.device import Device
-from optimus_egg.bench.steps import (Result, Row, Settings, compare, compile_first_step, interleaved_times, make_step,
-                                      snapshot, training_inputs)
+from optimus_egg.bench.steps import (Result, Row, Settings, clear_grads, compare, compile_first_step,
+                                      interleaved_times, make_step, snapshot, training_inputs)
 
 from tests.helpers import Fn
 
@@ -56,3 +56,15 @@ def test_a_training_step_whose_outputs_carry_no_gradient_runs_no_backward():
     (x,) = training_inputs(model, (torch.randn(3),))
     out = make_step(model, model, (x,), True)()
     assert x.grad is None and not out.requires_grad
+
+
+def test_a_training_step_from_cleared_gradients_weighs_its_own_gradients():
+    """The harness clears the gradients before it weighs a training step, so that the step's peak
+    holds every byte of its own gradients whatever the last step left."""
+    model = torch.nn.Linear(256, 256, bias=False)
+    x = torch.randn(4, 256, requires_grad=True)
+    step = make_step(model, model, (x,), True)
+    step()
+    clear_grads(model, (x,))
+    assert model.weight.grad is None and x.grad is None
+    assert Device("cpu").peak_bytes(step) >= model.weight.numel() * 4 + x.numel() * 4

@@ -2,7 +2,8 @@
 (outputs on fresh random inputs, and gradients)."""
 
 import pytest
-from optimus_egg.bench.zoo import zoo
+import torch
+from optimus_egg.bench.zoo import REALISTIC_BATCH, zoo
 
 from tests.helpers import assert_same_build, check_training
 
@@ -26,3 +27,20 @@ def test_zoo_has_the_issue_models_and_the_quick_chain_is_smaller():
     chain_len = {q: len(zoo(q)["cruft_chain"]()[0].linears) * zoo(q)["cruft_chain"]()[0].every
                  for q in (False, True)}
     assert chain_len[True] < chain_len[False]
+
+
+def test_the_realistic_zoo_is_the_same_models_at_a_production_batch_and_width():
+    realistic, toy = zoo(True, "realistic"), ZOO
+    assert list(realistic) == list(toy)
+    for name, make in realistic.items():
+        model, inputs = make()
+        toy_model = toy[name]()[0]
+        assert all(t.shape[0] == REALISTIC_BATCH for t in inputs), name
+        widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        assert max(widths) >= 256 and type(model) is type(toy_model), name
+        assert_same_build(make(), make())
+
+
+def test_an_unknown_size_is_refused():
+    with pytest.raises(ValueError, match="realistic"):
+        zoo(size="huge")
