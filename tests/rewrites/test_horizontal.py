@@ -65,9 +65,29 @@ def test_a_linear_alone_on_its_input_is_no_group():
     assert report.rules_fired["linear-group-ends"] == 1 and "linear-as-slice-of-fused" not in report.rules_fired
 
 
-def test_linears_without_bias_are_left_alone():
-    report, gm = check(Towers(5, bias=False), X)
-    assert "linear-as-slice-of-fused" not in report.rules_fired
+def test_parallel_linears_without_bias_on_one_input_become_one_linear():
+    model = Towers(5, bias=False)
+    report, gm = check(model, X)
+    assert report.rules_fired["linear-as-slice-of-fused-no-bias"] == 5 and "linear-as-slice-of-fused" not in report.rules_fired
+    # one linear, the cat of the weights, one relu on the fused output, five sums
+    assert launches(gm, X) == 8 < launches(model, X) == 15
+
+
+def test_query_key_value_linears_without_bias_on_a_sequence_are_one_linear():
+    """T5's attention: q, k and v projections of one [batch, tokens, dim] input."""
+    q, k, v = (nn.Linear(8, 8, bias=False) for _ in range(3))
+    fn = lambda x: torch.softmax(q(x) @ k(x).transpose(1, 2), -1) @ v(x)  # noqa: E731
+    x = torch.randn(2, 5, 8)
+    report, gm = check(fn, x)
+    assert report.rules_fired["linear-as-slice-of-fused-no-bias"] == 3
+    assert calls_named(gm, "linear") == 1
+
+
+def test_linears_with_and_without_bias_on_one_input_are_not_one_group():
+    """A bias-free linear has a template of its own: the two kinds never share a fused linear."""
+    a, b = nn.Linear(8, 3, bias=False), nn.Linear(8, 4)
+    report, _ = check(lambda x: torch.cat([a(x), b(x)], 1).relu(), X)
+    assert not {"linear-as-slice-of-fused", "linear-as-slice-of-fused-no-bias"} & set(report.rules_fired)
 
 
 def test_fused_linears_keep_program_order_so_a_cat_of_their_outputs_is_the_fused_output():
