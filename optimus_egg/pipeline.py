@@ -207,7 +207,7 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         log_debug("batched dropouts overlap; optimizing again without batch_random")
         return _optimize(gm, replace(options, batch_random=False), report, disjoint_outputs)
     emitter.mark_origins(classes)
-    if disjoint_outputs:
+    if disjoint_outputs or tr.effects is None:  # (a graph that writes keeps emission's effect order)
         order_as_written(new_gm.graph, gm.graph)
     check_outputs(gm, new_gm)
     restrided = [] if disjoint_outputs else restride_outputs(gm, new_gm)

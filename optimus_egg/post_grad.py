@@ -1,8 +1,10 @@
-"""The order a rewritten backward graph is given to Inductor in.
+"""The order a rewritten graph is given to Inductor in.
 
 Emission writes each output's operands depth-first; Inductor fuses along the order it is given,
 and on CPU writes every extern call between two C++ kernels. So a post-grad graph goes to Inductor
-in the order autograd wrote it, with what is new placed where it costs no launch.
+in the order autograd wrote it, and a forward graph that writes no tensor in the order the
+program wrote it (depth-first, one head's q, k and v interleave, and the backward AOTAutograd
+derives from that order fuses worse), with what is new placed where it costs no launch.
 """
 
 from __future__ import annotations
