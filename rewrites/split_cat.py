@@ -110,8 +110,9 @@ RULES = [
            ("(slice-run t k x d s (+ a b) n)",)),
     Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
            covers="split_cat_pass"),
-    Derive("slice-in-part-of-op", ("(slice-in t l a d s n)", "(= a (Op k xs))", "(= m (size a d))",
-                                   "(< (+ s n) m)"), ("(union t (Sl a d s n))",)),
+    # Any other part of a piece (an input, a relu, an inner cat, a call) is that slice of it.
+    Derive("slice-in-part", ("(slice-in t l a d s n)", "(= m (size a d))", "(<= (+ s n) m)"),
+           ("(union t (Sl a d s n))",), covers="split_cat_pass"),
     # Unbind and stack as views: a size-1 dim squeezed away is that dim merged into the next, and
     # merging commutes with slicing the outer dim, so the pieces of an unbind are slices of one
     # flattened view and a cat of them is that view (likewise stack of equal pieces → unflatten).

@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.helpers import check, launches
+from tests.helpers import check, check_rule, launches
 
 X = torch.randn(4, 12)
 
@@ -122,8 +122,28 @@ def test_part_of_a_cat_piece_that_an_op_made_is_a_view_of_it():
     a, b = torch.randn(4, 6), torch.randn(4, 6)
     w = torch.randn(6, 6)
     report, gm = check(lambda a, b, w: torch.cat([a @ w, b @ w], 1)[:, 1:4] * 2, a, b, w)
-    assert report.rules_fired["slice-in-part-of-op"] > 0
+    assert report.rules_fired["slice-in-part"] > 0
     assert launches(gm, a, b, w) == 2  # one matmul and the mul: the cat and the other matmul go
+
+
+def test_part_of_any_cat_piece_is_a_view_of_it():
+    """Found by ``optimus-egg discover``: a slice or select inside an input, an op's result or an
+    inner cat is that slice of the piece; the cat goes."""
+    x, y = torch.randn(4, 6), torch.randn(4, 5)
+    fns = [lambda x, y: torch.relu(torch.cat([x, y], 1).select(1, 2)),
+           lambda x, y: torch.cat([y, x.relu()], 1)[:, 6:9] * 2,
+           lambda x, y: torch.cat([y, torch.cat([x, x], 1)], 1)[:, 12:15] + 1,
+           lambda x, y: torch.cat([x, y], 1)[:, 2:6] + 1]  # x's suffix
+    for fn in fns:
+        report, gm = check_rule(fn, x, y)
+        assert report.rules_fired["slice-in-part"] > 0 and launches(gm, x, y) < launches(fn, x, y), gm.code
+
+
+def test_a_slice_across_two_pieces_is_no_part_of_either():
+    x, y = torch.randn(4, 6), torch.randn(4, 5)
+    fn = lambda x, y: torch.cat([x, y], 1)[:, 4:8] + 1  # noqa: E731
+    report, gm = check_rule(fn, x, y)
+    assert "slice-in-part" not in report.rules_fired and launches(gm, x, y) == launches(fn, x, y)
 
 
 def test_part_of_a_cat_piece_that_is_a_slice_is_a_slice_of_its_source():
