@@ -158,3 +158,34 @@ def test_no_copy_of_rows_the_rules_batch():
 
     report, gm = check(Towers().eval(), torch.randn(5, 8))
     assert not any(r in report.rules_fired for r in ("stacked-row", "cat-row", "piece-as-row")), report.rules_fired
+
+
+def test_the_copys_own_slices_are_not_rows_again():
+    """Found by the fuzzer: the rows of x, stacked back in order, are x, so a row's class holds x's
+    slices and the copy's; matching any row form in a row's class made each copy's slices rows of
+    a new copy, without end (the e-node limit, 235k nodes). Only the rows the program takes, and
+    the pieces it cuts, are rows."""
+    def fn(x):
+        rows = torch.unbind(x, 0)
+        return torch.stack([rows[0], rows[1]], 0), torch.cat((rows[0],), 1)
+
+    for shape in ((2, 3, 2), (2, 3, 1)):
+        report, _ = check(fn, torch.randn(shape))
+        assert report.stop_reason == "saturated" and report.enodes < 200, report.summary()
+
+
+def test_rows_of_an_op_the_rules_batch_are_one_copy_where_the_program_cuts_them():
+    """Tower outputs, batched into one bmm (each a row of it), glued along the features and cut
+    there again: the cut pieces are the bmm's rows, and the cat of them one copy of the bmm."""
+    class Towers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.towers = nn.ModuleList(nn.Linear(4, 8) for _ in range(8))
+
+        def forward(self, x):
+            y = torch.cat([t(g) for t, g in zip(self.towers, x.split(4, 1))], 1)
+            return torch.cat([torch.relu(h) for h in y.chunk(8, 1)], 1)
+
+    report, gm = check(Towers().eval(), torch.randn(5, 32))
+    assert report.rules_fired["row-of-op"] > 0 and report.rules_fired["cat-row"] > 0, report.rules_fired
+    assert _moved(gm) == 1 and not any(n.target is torch.cat for n in gm.graph.nodes), gm.code  # (stacks: weights)
