@@ -101,6 +101,8 @@ class KernelCost:
             return 0.0
         if op == "Cat":
             return self.weights["cat"]
+        if op == "Move":  # one copy, in the moved order
+            return self.weights["copy"]
         call = self.registry.calls[args[0]]  # Unary / Binary / Op: by key
         cat = category(call)  # (a call that launches several kernels costs each: call.cost)
         return 0.0 if cat == "view" else self.weights[cat] * call.cost
@@ -142,6 +144,8 @@ class MemoryCost:
     def _moves(self, op: str, key: Any) -> bool:
         if op in FREE_CONSTRUCTORS or op == "Cat":
             return False
+        if op == "Move":
+            return True
         return category(self.registry.calls[key]) != "view"
 
     def bind(self, graph: Frozen, facts: dict[int, Fact]) -> NodeCost:

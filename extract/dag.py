@@ -80,6 +80,13 @@ def _infer(op: str, args: tuple[Any, ...], fact_of: Callable[[Any], Fact | None]
         elif op == "Unsqueeze":
             shape.insert(args[1], 1)
         return tuple(shape), dtype
+    if op == "Move":
+        src = fact_of(args[0])
+        if src is None or not (0 <= args[1] < len(src[0]) and 0 <= args[2] < len(src[0])):
+            return None
+        shape = list(src[0])
+        shape.insert(args[2], shape.pop(args[1]))
+        return tuple(shape), src[1]
     if op == "Cat":
         got, dim = listed(args[0])
         if not got or any(f is None for f in got) or not 0 <= dim < len(got[0][0]):  # type: ignore[index]

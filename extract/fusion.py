@@ -3,7 +3,8 @@
 What Inductor does, as modelled here (``optimus_egg.bench.calibrate`` checks the model against
 Inductor on micro-graphs):
 
-- Views (slices, squeezes, reshapes that alias) are free: a consumer reads through them.
+- Views (slices, squeezes, reshapes that alias) are free: a consumer reads through them. A
+  ``Move`` (a dim moved, written out in order) is a pointwise copy, which fuses like one.
 - Pointwise ops fuse with the pointwise producers they read whole into one kernel. Fusion never
   crosses an extern call or a cat: a kernel cannot run both before and after one ("depth", the
   number of such barriers on the longest path, must match). A pointwise producer read in slices,
@@ -158,6 +159,8 @@ def kind_of(registry: Registry, op: str, key: object = None) -> str:
         return "list"
     if op in FREE_CONSTRUCTORS:
         return "view"
+    if op == "Move":  # a copy in another order: a pointwise loop, which fuses
+        return "pointwise"
     if op == "Cat":
         return "cat"
     return category(registry.calls[key])  # type: ignore[index]

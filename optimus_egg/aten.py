@@ -36,6 +36,13 @@ def _aten_transpose(g: fx.Graph, n: fx.Node) -> fx.Node:  # Inductor lowers perm
     return g.call_function(aten.permute.default, (x, dims))
 
 
+def _aten_movedim(g: fx.Graph, n: fx.Node) -> fx.Node:
+    x, a, b = n.args
+    dims = [d for d in range(val(x).dim()) if d != a]
+    dims.insert(b, a)
+    return g.call_function(aten.permute.default, (x, dims))
+
+
 def _as_is(target: Any) -> Callable[[fx.Graph, fx.Node], fx.Node]:
     """A call of the ATen op ``target`` with the torch call's arguments as they are."""
     return lambda g, n: g.call_function(target, n.args, n.kwargs)
@@ -49,6 +56,7 @@ ATEN_CALLS: dict[Any, Callable[[fx.Graph, fx.Node], fx.Node]] = {
     torch.flatten: _aten_view, torch.unflatten: _aten_view, torch.split: _as_is(aten.split_with_sizes.default),
     torch.unbind: _as_is(aten.unbind.int), torch.clone: _as_is(aten.clone.default),
     torch.bmm: _as_is(aten.bmm.default), torch.baddbmm: _as_is(aten.baddbmm.default), torch.transpose: _aten_transpose,
+    torch.movedim: _aten_movedim,
     torch.addcmul: _as_is(aten.addcmul.default), torch.mul: _as_is(aten.mul.Tensor),
     torch.add: _as_is(aten.add.Tensor),
     torch.Tensor.contiguous: lambda g, n: g.call_function(aten.clone.default, n.args[:1],

@@ -106,6 +106,8 @@ class Emitter:
             got = (op, [kids[0]], (kids[1], kids[1] + 1))
         elif op == "Unflat":
             got = (op, [kids[0]], (kids[1], (kids[2], -1)))
+        elif op == "Move":
+            got = (op, [kids[0]], kids[1:])
         elif op == "Squeeze":
             inner = self.node_of(kids[0])
             if inner.op == "Sl" and inner.children[1] == kids[1] and inner.children[3] == 1:

@@ -3,7 +3,8 @@
 Every tensor value is a ``T``. Splits, chunks, unbinds, narrows and slices all become ``Sl``
 views of their input, so that "pieces of one tensor" is visible to every rule without a
 multi-output projection. ``cat`` and ``stack`` are one constructor, ``Cat`` over a cons-list that
-carries the dim (a stack is a cat of unsqueezed pieces). Everything else is ``Unary``/``Binary``
+carries the dim (a stack is a cat of unsqueezed pieces). ``Move`` is the one copy among the
+layout forms: a dim moved, written out in order. Everything else is ``Unary``/``Binary``
 (elementwise, shape-preserving: rules may move them through slices and cats) or ``Op`` (any
 other call, kept exactly; its key names an entry of a :class:`~optimus_egg.calls.Registry`).
 """
@@ -22,6 +23,7 @@ DECLARATIONS = """
     (Unsqueeze T i64)
     (Flat T i64)
     (Unflat T i64 i64)
+    (Move T i64 i64)
     (Cat TList)
     (Unary String T)
     (Binary String T T)
@@ -47,6 +49,7 @@ CONSTRUCTORS: dict[str, tuple[str, ...]] = {
     "Unsqueeze": ("T", "i64"),
     "Flat": ("T", "i64"),  # dims d and d+1 as one
     "Unflat": ("T", "i64", "i64"),  # Unflat(x, d, n): dim d as (n, size/n)
+    "Move": ("T", "i64", "i64"),  # Move(x, a, b): movedim(x, a, b) written out in order (a copy)
     "Cat": ("TList",),
     "Unary": ("String", "T"),
     "Binary": ("String", "T", "T"),

@@ -17,7 +17,7 @@ import torch.fx as fx
 from optimus_egg.effects import identity_dropout
 from optimus_egg.ir import Term, as_list
 from optimus_egg.nodes import bind, is_tensor_node, norm_dim, static_int, static_shape, val
-from optimus_egg.optable import DROPOUTS
+from optimus_egg.optable import DROPOUTS, lookup
 
 # ---------------------------------------------------------------------------------------------
 # Structural parsers: the ops that become Sl / Squeeze / Unsqueeze / Flat / Unflat / Cat.
@@ -127,15 +127,21 @@ def parse_select(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | No
 
 
 def parse_squeeze(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    b = bind(node, ("input", "self"), "dim")
+    """``squeeze(x, d)``, ``squeeze(x, (d, ...))`` or ``squeeze(x)``: the named (or all) dims of
+    size 1 dropped, each a ``Squeeze``, from the last; a named dim of another size is kept (a
+    squeeze of none is ``x``). Every size must be static: which dims go depends on them."""
+    b = bind(node, ("input", "self"), "dim", defaults={"dim": None})
     if b is None or not is_tensor_node(b["input"]):
         return None
     x = val(b["input"])
-    d = norm_dim(b["dim"], x.dim())
-    if d is None or static_int(x.shape[d]) != 1:
-        return None
+    named = range(x.dim()) if b["dim"] is None else b["dim"] if isinstance(b["dim"], (tuple, list)) else [b["dim"]]
+    dims = [norm_dim(d, x.dim()) for d in named]
     src = term(b["input"])
-    return None if src is None else Term("Squeeze", (src, d))
+    if src is None or None in dims or any(static_int(x.shape[d]) is None for d in dims):
+        return None
+    for d in sorted({d for d in dims if static_int(x.shape[d]) == 1}, reverse=True):
+        src = Term("Squeeze", (src, d))
+    return src
 
 
 def parse_unsqueeze(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
@@ -272,6 +278,46 @@ def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | N
     return None
 
 
+def parse_contiguous(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
+    """``movedim(x, a, b).contiguous()`` (or a ``permute``/``transpose`` that moves one dim):
+    ``Move``, the moved tensor written out in order; any other ``contiguous`` is a call."""
+    b = bind(node, ("input", "self"))
+    inner = b["input"] if b is not None else None
+    if not is_tensor_node(inner) or node.kwargs or inner.op not in ("call_function", "call_method"):
+        return None
+    moved = _one_move(inner)
+    src = term(inner.args[0]) if moved is not None else None
+    return None if src is None else Term("Move", (src, *moved))
+
+
+def _one_move(node: fx.Node) -> tuple[int, int] | None:
+    """(a, b) where ``node`` is ``movedim(x, a, b)`` of one dim, spelled as any of
+    ``movedim``/``moveaxis``/``permute``/``transpose``/``swapaxes``/``swapdims``; else None."""
+    op = lookup(node)
+    if op is None or not node.args or not is_tensor_node(node.args[0]) or node.kwargs:
+        return None
+    rank = val(node.args[0]).dim()
+    rest = [norm_dim(d, rank) if isinstance(d, int) else None for d in (
+        node.args[1] if op.name == "permute" and len(node.args) == 2 and isinstance(node.args[1], (list, tuple))
+        else node.args[1:])]
+    if None in rest or op.name not in ("movedim", "moveaxis", "permute", "transpose", "swapaxes", "swapdims"):
+        return None
+    if op.name == "permute":
+        perm = rest
+    elif len(rest) == 2 and (op.name in ("movedim", "moveaxis") or abs(rest[0] - rest[1]) == 1):
+        perm = list(range(rank))
+        perm.insert(rest[1], perm.pop(rest[0]))
+    else:
+        return None
+    for a in range(rank):
+        for b in range(rank):
+            order = [d for d in range(rank) if d != a]
+            order.insert(b, a)
+            if a != b and order == list(perm):
+                return a, b
+    return None
+
+
 def parse_dropout(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
     """A dropout that is off is its input (:func:`~optimus_egg.effects.identity_dropout`)."""
     x = identity_dropout(node)
@@ -285,7 +331,7 @@ STRUCTURAL: dict[str, Callable[[fx.Node, Callable[[Any], Term | None]], Any]] = 
     "slice": parse_slice, "select": parse_select, "squeeze": parse_squeeze, "unsqueeze": parse_unsqueeze,
     "cat": parse_cat, "concat": parse_cat, "concatenate": parse_cat, "stack": parse_stack,
     "getitem": parse_getitem, "view": parse_reshape, "reshape": parse_reshape, "flatten": parse_reshape,
-    "unflatten": parse_reshape, **dict.fromkeys(DROPOUTS, parse_dropout),
+    "unflatten": parse_reshape, "contiguous": parse_contiguous, **dict.fromkeys(DROPOUTS, parse_dropout),
 }
 
 
@@ -305,6 +351,8 @@ def emit_structural(graph: fx.Graph, form: str, inputs: Sequence[fx.Node], liter
                     ) -> fx.Node:
     """The call in ``graph`` that computes ``form`` of ``inputs`` (a list of them for cat and
     stack), its literal arguments after them."""
+    if form == "Move":  # (parse_contiguous's form)
+        return graph.call_function(torch.Tensor.contiguous, (graph.call_function(torch.movedim, (*inputs, *literals)),))
     fn, variadic = STRUCTURAL_CALLS[form]
     tensors = (list(inputs),) if variadic else tuple(inputs)
     return graph.call_function(fn, (*tensors, *literals))

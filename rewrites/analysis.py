@@ -45,6 +45,15 @@ RULES = [
     D("size-unflat-after", ("(= t (Unflat x d n))", "(= k (size x i))", "(> i d)"), ("(set (size t (+ i 1)) k)",)),
     D("rank-unflat", ("(= t (Unflat x d n))", "(= r (rank x))"), ("(set (rank t) (+ r 1))",)),
     D("dtype-unflat", ("(= t (Unflat x d n))", "(= k (dtype x))"), ("(set (dtype t) k)",)),
+    # Move(x, a, b): x's dim a at b, the others in order around it.
+    D("size-move-dim", ("(= t (Move x a b))", "(= k (size x a))"), ("(set (size t b) k)",)),
+    D("size-move-before", ("(= t (Move x a b))", "(= k (size x i))", "(< i a)", "(< i b)"), ("(set (size t i) k)",)),
+    D("size-move-after", ("(= t (Move x a b))", "(= k (size x i))", "(> i a)", "(> i b)"), ("(set (size t i) k)",)),
+    D("size-move-down", ("(= t (Move x a b))", "(= k (size x i))", "(> i a)", "(<= i b)"),
+      ("(set (size t (- i 1)) k)",)),
+    D("size-move-up", ("(= t (Move x a b))", "(= k (size x i))", "(< i a)", "(>= i b)"), ("(set (size t (+ i 1)) k)",)),
+    D("rank-move", ("(= t (Move x a b))", "(= r (rank x))"), ("(set (rank t) r)",)),
+    D("dtype-move", ("(= t (Move x a b))", "(= k (dtype x))"), ("(set (dtype t) k)",)),
     # Cat(l): the sum of the pieces along the list's dim, the head's size elsewhere.
     D("lsize-nil", ("(= l (Nil))",), ("(set (lsize l) 0)",)),
     D("lsize-cons", ("(= l (Cons a r d))", "(= m (size a d))", "(= k (lsize r))"), ("(set (lsize l) (+ m k))",)),

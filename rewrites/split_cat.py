@@ -16,20 +16,25 @@ DECLARATIONS = """
 (relation run (TList TList T i64 i64 i64 i64))
 (relation prefix (TList TList T i64 i64 i64))
 (relation slice-run (T TList T i64 i64 i64 i64))
+(relation row-wanted (T))
 """
 
 
 def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]]) -> WrittenRows:
-    """run-start r: r is a cell of a list as written whose head is a slice, and the piece before
-    it is not the slice just before that one. slice-in t l a d s n: t, a slice of a cat as
-    written, n wide, begins s into a, the head of the cat's list cell l (s < a's width)."""
+    """run-start r: r is a cell of a list as written whose head is a piece (a slice, squeezed or
+    unsqueezed: the rules make each a slice along the list's dim), and the piece before it is
+    not the one just before it. slice-in t l a d s n: t, a slice of a cat as written, n wide,
+    begins s into a, the head of the cat's list cell l (s < a's width). piece-of p x c s k: p is
+    the slice x[s:s+k] along c the program takes (k > 0); row-of r x c i: r is row i of x along
+    c as the program takes it (a squeezed slice of 1), x's size along c static and above 1;
+    written-piece p: p is a slice or a squeezed slice the program takes."""
     slice_in: list[tuple[Term, Term, Term, int, int, int]] = []
     joined: dict[Term, bool] = {}
     for t in terms:
-        if t.op == "Cons" and t.args[1].op == "Cons" and (b := t.args[1].args[0]).op == "Sl" and b.args[1] == t.args[2]:
-            a, r = t.args[0], t.args[1]
-            joined[r] = joined.get(r, False) or (a.op == "Sl" and a.args[:2] == b.args[:2]
-                                                 and a.args[2] + a.args[3] == b.args[2])
+        if t.op == "Cons" and t.args[1].op == "Cons" and (b := _piece(t.args[1].args[0])) is not None:
+            a, r = _piece(t.args[0]), t.args[1]
+            joined[r] = joined.get(r, False) or (a is not None and a[0] == b[0] and a[1][:2] == b[1][:2]
+                                                 and a[1][2] + a[1][3] == b[1][2])
         elif t.op == "Sl" and t.args[0].op == "Cat" and t.args[3] > 0:
             _, d, s, n = t.args
             cell = t.args[0].args[0]
@@ -38,7 +43,23 @@ def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]])
                     slice_in.append((t, cell, cell.args[0], d, s, n))
                     break
                 s, cell = s - w, cell.args[1]
-    return {"run-start": [(r,) for r, j in joined.items() if not j], "slice-in": slice_in}
+    written = [(t,) for t in terms if t.op == "Sl" or t.op == "Squeeze" and t.args[0].op == "Sl"]
+    pieces = [(t, *t.args) for t in terms if t.op == "Sl" and t.args[3] > 0]
+    rows = [(t, *t.args[0].args[:3]) for t in terms if t.op == "Squeeze" and t.args[0].op == "Sl"
+            and t.args[0].args[1] == t.args[1] and t.args[0].args[3] == 1
+            and (_width(t.args[0].args[0], t.args[1], shapes) or 0) > 1]
+    return {"run-start": [(r,) for r, j in joined.items() if not j], "slice-in": slice_in, "piece-of": pieces,
+            "row-of": rows, "written-piece": written}
+
+
+def _piece(t: Term) -> tuple[tuple[tuple[str, int], ...], tuple] | None:
+    """A list head that is a slice under squeezes and unsqueezes: (those views, the slice's
+    arguments); None for anything else."""
+    views = []
+    while t.op in ("Squeeze", "Unsqueeze"):
+        views.append((t.op, t.args[1]))
+        t = t.args[0]
+    return (tuple(views), t.args) if t.op == "Sl" else None
 
 
 def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int | None:
@@ -49,7 +70,9 @@ def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int 
     return 1 if a.op == "Unsqueeze" and a.args[1] == d else None
 
 
-WRITTEN = Written({"run-start": ("TList",), "slice-in": ("T", "TList", "T", "i64", "i64", "i64")}, _written)
+WRITTEN = Written({"run-start": ("TList",), "slice-in": ("T", "TList", "T", "i64", "i64", "i64"),
+                   "piece-of": ("T", "T", "i64", "i64", "i64"), "row-of": ("T", "T", "i64", "i64"),
+                   "written-piece": ("T",)}, _written)
 
 RULES = [
     # run l m x d s n c: the c list cells from l up to m (c a power of two) are slices of x along
@@ -134,6 +157,31 @@ RULES = [
          covers="move_reshape_out_of_split_stack_pass"),
     Rule("unflat-of-slice-after", "(Unflat (Sl x e s n) d c)", "(Sl (Unflat x d c) (+ e 1) s n)", ("(> e d)",),
          covers="move_reshape_out_of_split_stack_pass"),
+    # Pieces glued along another dim than the one they were cut along (or stacked). A row i of x
+    # along c glued along e is a slice of x with dim c moved to e (Move, one copy in that order):
+    # a stack of rows is that copy, a cat of them the copy with the moved dim merged into the next
+    # (Flat). So all N rows in order are one copy instead of a cat of N, and a run of them one
+    # slice of it. A piece k wide is a row of x cut into blocks of k (Unflat), from the first
+    # whole block, where a list reads it along another dim (row-wanted). row-of p x c i says
+    # which rows there are, with their x, dim and place: the slices and rows the program takes
+    # (piece-of, row-of: WRITTEN), and the rows of an op (a batched one) in a class the program
+    # cuts (row-of-op). Never a row form matched in a row's class: that class holds the copy's
+    # own slices, which became rows of rows without end. And not the rows of a batch the program
+    # does not cut (a stack of parallel linears): there the copy ties with the batched forms
+    # under the eager model, and the greedy extractor trades them for worse graphs.
+    Derive("row-in-cat", ("(= l (Cons p r e))", "(>= e 0)", "(piece-of p x c s k)", "(!= c e)"),
+           ("(row-wanted p)",), stage="analysis"),
+    Derive("row-in-stack", ("(= l (Cons (Unsqueeze p e) r e))", "(piece-of p x c s k)", "(!= c e)"),
+           ("(row-wanted p)",), stage="analysis"),
+    Derive("piece-as-row", ("(row-wanted p)", "(piece-of p x c s k)", "(= n (size x c))", "(= a (% s k))",
+                            "(= w (* k (/ (- n a) k)))", "(> w k)"),
+           ("(row-of p (Unflat (Sl x c a w) c (/ w k)) c (/ (- s a) k))",), covers="split_cat_pass"),
+    Derive("row-of-op", ("(= p (Squeeze (Sl x c i 1) c))", "(= x (Op k xs))", "(= n (size x c))", "(> n 1)",
+                         "(written-piece p)"), ("(row-of p x c i)",)),
+    Derive("stacked-row", ("(row-of p x c i)", "(= t (Unsqueeze p e))", "(!= c e)"),
+           ("(union t (Sl (Move x c e) e i 1))",), covers="unbind_stack_pass"),
+    Derive("cat-row", ("(= l (Cons p r e))", "(row-of p x c i)", "(!= c e)", "(>= e 0)", "(= m (size p e))",
+                       "(> m 0)"), ("(union p (Sl (Flat (Move x c e) e) e (* i m) m))",), covers="split_cat_pass"),
     Rule("flat-unflat", "(Flat (Unflat x d n) d)", "x"),
     Rule("unflat-flat", "(Unflat (Flat x d) d n)", "x", ("(= n (size x d))",)),
     Rule("squeeze-unsqueeze", "(Squeeze (Unsqueeze x d) d)", "x", covers="unbind_stack_pass"),

@@ -14,7 +14,8 @@ def test_every_torch_call_the_emitter_writes_has_an_aten_spelling(target):
             torch.unsqueeze: (x, 1), torch.cat: ([x, x], 2), torch.stack: ([x, x], 1), torch.flatten: (x, 1, 2),
             torch.unflatten: (x, 2, (2, -1)), torch.split: (x, [2, 4], 2), torch.unbind: (x, 0),
             torch.clone: (x,), torch.bmm: (x, w), torch.baddbmm: (torch.randn(3, 4, 4), x, w),
-            torch.transpose: (x, 1, 2), torch.addcmul: (x, x, x), torch.mul: (x, 2), torch.add: (x, x), torch.sum: (x, 2),
+            torch.transpose: (x, 1, 2), torch.movedim: (x, 2, 0), torch.addcmul: (x, x, x), torch.mul: (x, 2),
+            torch.add: (x, x), torch.sum: (x, 2),
             torch.Tensor.contiguous: (x.transpose(1, 2),)}[target]
     graph = torch.fx.Graph()
     ins = {}
