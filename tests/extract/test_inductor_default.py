@@ -45,3 +45,16 @@ def test_linears_are_batched_on_cpu_only_where_inductor_builds_less():
     eager_gm, _ = optimize(model, (XG,), cost_model="eager")
     assert calls_named(eager_gm, "baddbmm") == 1
     assert _built(gm, (XG,)) <= _built(model, (XG,)) < _built(eager_gm, (XG,))
+
+
+@INDUCTOR_2_13
+def test_pieces_glued_along_another_dim_are_one_copy_with_an_output_copy_counted():
+    """Six pieces cut along one dim and glued along another: CPU Inductor writes a loop per
+    piece; as one copy of x laid out anew (``Move``), even though the output must be a copy
+    of its own (eager prices both one launch and keeps the cat)."""
+    x = torch.randn(2, 6, 4, 3)
+    model = Fn(lambda x: torch.cat(torch.split(x, 1, 2), 3))
+    gm, report = optimize(model, (x,))
+    assert not report.kept and report.kernels_after < report.kernels_before
+    assert _built(gm, (x,)) < _built(model, (x,))
+    assert optimize(model, (x,), cost_model="eager")[1].kept
