@@ -1,8 +1,9 @@
 """The cost model and the extractor a pipeline run uses, by the names the options give.
 
 ``cost_model``: ``inductor`` (default) | ``eager`` | ``memory`` (see :mod:`optimus_egg.extract.cost`).
-Under ``inductor`` greedy extracts twice, with its node-local approximation and with eager
-launches, and keeps the graph its fusion simulation prices lower (eager launches settle a tie):
+Under ``inductor`` greedy extracts twice, with eager launches and with its node-local
+approximation, and keeps the graph its fusion simulation prices lower (eager launches, then
+eager's graph, settle a tie):
 the approximation cannot see fusion, and eager launches are often the better guide to a graph
 Inductor fuses well.
 ``extractor``: ``greedy`` (default; DAG-aware, fast) | ``ilp`` (exact, needs scipy; falls back to
@@ -96,9 +97,9 @@ def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, 
     moved = MemoryCost(registry).bind(graph, facts) if registry is not None else None
     start = time.perf_counter()
     greedy = greedy_dag.extract(graph, roots, cost, moved)
-    if isinstance(model, InductorCost):
-        greedy = _simulated_best(graph, roots, model, facts, [greedy, greedy_dag.extract(
-            graph, roots, KernelCost(model.registry).bind(graph, facts), moved)])
+    if isinstance(model, InductorCost):  # (eager's first: on a full tie it stands)
+        greedy = _simulated_best(graph, roots, model, facts, [greedy_dag.extract(
+            graph, roots, KernelCost(model.registry).bind(graph, facts), moved), greedy])
     info: dict[str, Any] = {"greedy": {"cost": greedy.cost, "seconds": time.perf_counter() - start}}
     if extractor == "greedy":
         return greedy, info
@@ -122,7 +123,8 @@ def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, 
 
 def _simulated_best(graph: Frozen, roots: list[int], model: InductorCost, facts: dict[int, Fact],
                     candidates: list[Extraction]) -> Extraction:
-    """The candidate ``model`` simulates cheapest, fewer eager launches first among equals."""
+    """The candidate ``model`` simulates cheapest, fewer eager launches first among equals, the
+    first of equal ones (the forward's simulation does not see the backward a graph gets)."""
     eager = KernelCost(model.registry)
 
     def rank(ex: Extraction) -> tuple[float, float]:
