@@ -209,6 +209,8 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     emitter.mark_origins(classes)
     if disjoint_outputs or tr.effects is None:  # (a graph that writes keeps emission's effect order)
         order_as_written(new_gm.graph, gm.graph)
+        if not disjoint_outputs:  # the program's order puts stacks of weights back above their readers
+            cleanup.sink_input_stacks(new_gm.graph)
     check_outputs(gm, new_gm)
     restrided = [] if disjoint_outputs else restride_outputs(gm, new_gm)
     clock("cleanup")
