@@ -17,10 +17,14 @@ def _built(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
 
 @INDUCTOR_2_13
 def test_figures_are_what_inductor_builds_and_the_cruft_goes():
+    """(Exact on torch 2.13, the calibration's; later Inductors may build a loop more or less.)"""
     model, inputs = chain(2)()
     gm, report = optimize(model, inputs)
     assert report.cost_model == "inductor" and not report.kept
-    assert report.kernels_before == _built(model, inputs) > report.kernels_after == _built(gm, inputs)
+    before, after = _built(model, inputs), _built(gm, inputs)
+    assert before > after and report.kernels_before > report.kernels_after
+    if torch.__version__.startswith("2.13"):
+        assert (report.kernels_before, report.kernels_after) == (before, after)
 
 
 @INDUCTOR_2_13
