@@ -10,6 +10,11 @@ from tests.helpers import INDUCTOR_2_13, Fn
 from tests.rewrites.linears import XG, Gapped, calls_named
 
 
+#: The model is calibrated on torch 2.13's Inductor: what it builds is compared there; the
+#: decisions are checked on every version.
+CALIBRATED = torch.__version__.startswith("2.13")
+
+
 def _built(model: torch.nn.Module, inputs: tuple[torch.Tensor, ...]) -> int:
     got = measure(model, inputs)
     return got["objects"] + got["extern"]
@@ -21,10 +26,9 @@ def test_figures_are_what_inductor_builds_and_the_cruft_goes():
     model, inputs = chain(2)()
     gm, report = optimize(model, inputs)
     assert report.cost_model == "inductor" and not report.kept
-    before, after = _built(model, inputs), _built(gm, inputs)
-    assert before > after and report.kernels_before > report.kernels_after
-    if torch.__version__.startswith("2.13"):
-        assert (report.kernels_before, report.kernels_after) == (before, after)
+    assert report.kernels_before > report.kernels_after
+    if CALIBRATED:
+        assert (report.kernels_before, report.kernels_after) == (_built(model, inputs), _built(gm, inputs))
 
 
 @INDUCTOR_2_13
@@ -34,9 +38,10 @@ def test_a_rewrite_inductor_builds_with_more_loops_is_not_taken():
     xs = tuple(torch.randn(4, 3) for _ in range(3))
     model = Fn(lambda a, b, c: torch.stack([a.relu(), b.relu(), c.relu()], 0))
     gm, report = optimize(model, xs)
-    assert report.kept and gm is not model and _built(gm, xs) == _built(model, xs)
+    assert report.kept and gm is not model
     eager_gm, eager_report = optimize(model, xs, cost_model="eager")
-    assert not eager_report.kept and _built(eager_gm, xs) > _built(model, xs)
+    assert not eager_report.kept
+    assert not CALIBRATED or _built(gm, xs) == _built(model, xs) < _built(eager_gm, xs)
 
 
 @INDUCTOR_2_13
@@ -48,7 +53,7 @@ def test_linears_are_batched_on_cpu_only_where_inductor_builds_less():
     assert calls_named(gm, "linear") == 8 and calls_named(gm, "baddbmm") == 0
     eager_gm, _ = optimize(model, (XG,), cost_model="eager")
     assert calls_named(eager_gm, "baddbmm") == 1
-    assert _built(gm, (XG,)) <= _built(model, (XG,)) < _built(eager_gm, (XG,))
+    assert not CALIBRATED or _built(gm, (XG,)) <= _built(model, (XG,)) < _built(eager_gm, (XG,))
 
 
 @INDUCTOR_2_13
@@ -60,5 +65,5 @@ def test_pieces_glued_along_another_dim_are_one_copy_with_an_output_copy_counted
     model = Fn(lambda x: torch.cat(torch.split(x, 1, 2), 3))
     gm, report = optimize(model, (x,))
     assert not report.kept and report.kernels_after < report.kernels_before
-    assert _built(gm, (x,)) < _built(model, (x,))
+    assert not CALIBRATED or _built(gm, (x,)) < _built(model, (x,))
     assert optimize(model, (x,), cost_model="eager")[1].kept
