@@ -275,9 +275,12 @@ def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None
     split)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    launches = report.costs["eager"] if report.cost_model == "inductor" else (0.0, 0.0)
-    if abs(launches[1] + copies - launches[0]) > 1e-9:
-        fewer = launches[1] + copies < launches[0]
+    before = after = 0.0  # (under another model the copies are in its own figure, which tied)
+    if report.cost_model == "inductor":
+        before, after = report.costs["eager"]
+        after += copies
+    if abs(after - before) > 1e-9:
+        fewer = after < before
     else:
         fewer = report.cat_inputs[1] < report.cat_inputs[0]
     if not fewer:

@@ -212,6 +212,16 @@ def test_a_graph_with_nothing_cheaper_is_returned_as_it_was():
     assert not report.kept and gm is not gm1 and report.kernels_after < report.kernels_before
 
 
+@pytest.mark.parametrize("cost_model", ["eager", "inductor"])
+def test_pieces_glued_back_and_returned_are_one_copy_of_the_input(cost_model):
+    """The copy of the output ties with the cat under eager launches and reads one tensor
+    where the cat reads six: taken under either model."""
+    x = torch.randn(4, 12)
+    gm, report = optimize(Fn(lambda x: torch.cat(torch.split(x, 2, 1), 1)), (x,), cost_model=cost_model)
+    assert not report.kept and report.cat_inputs == (6, 0)
+    assert torch.equal(gm(x), x) and gm(x).data_ptr() != x.data_ptr()
+
+
 def test_outputs_that_would_share_one_tensor_count_the_copies_that_keep_them_apart():
     # relu(x)[:, :4] and relu(x)[:, 4:] are one relu, but two outputs of their own: one of them
     # copied out makes two kernels again, so the graph stays as written
