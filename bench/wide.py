@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
-
 from dataclasses import replace
 
 from optimus_egg.bench.chain import STRICT, searched

@@ -3,9 +3,8 @@
 ``cost_model``: ``inductor`` (default) | ``eager`` | ``memory`` (see :mod:`optimus_egg.extract.cost`).
 Under ``inductor`` greedy extracts twice, with eager launches and with its node-local
 approximation, and keeps the graph its fusion simulation prices lower (eager launches, then
-eager's graph, settle a tie):
-the approximation cannot see fusion, and eager launches are often the better guide to a graph
-Inductor fuses well.
+eager's graph, settle a tie): the approximation cannot see fusion, and eager launches are often
+the better guide to a graph Inductor fuses well.
 ``extractor``: ``greedy`` (default; DAG-aware, fast) | ``ilp`` (exact, needs scipy; falls back to
 greedy's result when HiGHS finds nothing better within its time limit, or when the model's own
 figure says the ILP's optimum of the node-local costs is worse) | ``compare`` (runs both, keeps
@@ -124,7 +123,11 @@ def extract(graph: Frozen, roots: list[int], model: CostModel, facts: dict[int, 
 def _simulated_best(graph: Frozen, roots: list[int], model: InductorCost, facts: dict[int, Fact],
                     candidates: list[Extraction]) -> Extraction:
     """The candidate ``model`` simulates cheapest, fewer eager launches first among equals, the
-    first of equal ones (the forward's simulation does not see the backward a graph gets)."""
+    first of equal ones (the forward's simulation does not see the backward a graph gets).
+    Candidates that chose alike are one (most graphs: simulated once, not once each)."""
+    candidates = [ex for i, ex in enumerate(candidates) if all(ex.choice != c.choice for c in candidates[:i])]
+    if len(candidates) == 1:
+        return candidates[0]
     eager = KernelCost(model.registry)
 
     def rank(ex: Extraction) -> tuple[float, float]:

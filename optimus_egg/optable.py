@@ -19,10 +19,9 @@ import torch.fx as fx
 import torch.nn.functional as F
 
 __all__ = ["CATS", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
-           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS",
-           "functional_name", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
+           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
            "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
-           "OpDef", "lookup"]
+           "OpDef", "functional_name", "lookup"]
 
 
 class Kind(enum.Enum):
