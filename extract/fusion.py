@@ -53,7 +53,7 @@ from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import Term
-from optimus_egg.optable import FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS
+from optimus_egg.optable import EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
@@ -224,6 +224,7 @@ class Simulation:
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
         self.slotted: set[Term] = set()  # pointwise and reduction terms that write a cat slot
+        self.exp: set[Term] = set()  # pointwise terms whose expression (inlined producers too) calls exp
 
     def fact(self, term: Term) -> Fact | None:
         """``term``'s shape and dtype: its fact, or for a pointwise call a rule made (which FX
@@ -326,7 +327,7 @@ class Simulation:
                 continue
             key: tuple[Any, ...] = (_unreshaped(a), numel, self.depth[term])  # reshapes keep the order read
             if fusible:
-                if self.kind[s] == "pointwise":
+                if self.kind[s] == "pointwise" and not self.stored_for_reuse(s):
                     inlined.add(a)  # recomputed here: it needs no kernel of its own for this read
                 elif self.kind[term] != "copy":
                     self.moved.add(s)  # a reduction's pointwise tail is computed here instead
@@ -344,6 +345,12 @@ class Simulation:
         for a in args:
             if a not in inlined:
                 self.use(a, term)
+
+    def stored_for_reuse(self, term: Term) -> bool:
+        """CPU: Inductor stores a pointwise result that several ops read when its expression calls
+        ``exp`` or ``sigmoid`` (too dear to recompute in each reader): a loop of its own wherever
+        the readers do not read it whole."""
+        return self.device == "cpu" and term in self.exp and self.readers.get(term, 0) > 1
 
     def _whole(self, view: Term) -> bool:
         """Does ``view`` show all of the tensor it views (a reshape, not a slice)?"""
@@ -375,6 +382,9 @@ class Simulation:
         self.kind[term] = kind
         if kind == "pointwise" and self.distribute(term, args):
             return
+        if kind == "pointwise" and (call is not None and call.name in EXP_OPS
+                                    or any(self.src[a] in self.exp for a in args)):
+            self.exp.add(term)
         if kind in ("pointwise", "reduction"):
             g = self.new_group(term, kind, depth)
             self.uf.groups[g].shared = call is not None and call.name in INDIRECT

@@ -126,8 +126,27 @@ def test_inductor_model_matches_inductor_on_cat_slots_shared_reads_and_in_place_
              (lambda x, y: (torch.stack([x, y], 1), x * y), (x, x + 1), 1),
              (lambda x: torch.stack([x[:, :8].clone(), x[:, :8], x.clone()[:, 8:], x[:, 8:]], 1), (x,), 2),
              # an in-place add on a matmul's result is an add (Inductor functionalizes it)
-             (_accumulated, (x,), 1)]
+             (_accumulated, (x,), 1),
+             # a sigmoid several ops read is stored, a loop of its own where they read slices;
+             # a relu is recomputed in each reader (a GRU's gates taken before the sigmoid: 1)
+             (_gates_after_sigmoid, (torch.randn(8, 48), x), 2), (_gates_before_sigmoid, (torch.randn(8, 48), x), 1),
+             (lambda g: _halves(torch.sigmoid(g)), (x,), 3), (lambda g: _halves(torch.relu(g)), (x,), 2)]
     _assert_predicted(cases)
+
+
+def _halves(s):
+    return s[:, :8] * 2, s[:, 8:] + 1
+
+
+def _gates_before_sigmoid(g, h):
+    r, z, n = g.chunk(3, 1)
+    r, z = torch.sigmoid(r), torch.sigmoid(z)
+    return (1 - z) * torch.tanh(n * r) + z * h
+
+
+def _gates_after_sigmoid(g, h):
+    s = torch.sigmoid(g)
+    return (1 - s)[:, 16:32] * torch.tanh(g[:, 32:] * s[:, :16]) + s[:, 16:32] * h
 
 
 def _assert_predicted(cases: list) -> None:
