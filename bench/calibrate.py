@@ -28,16 +28,13 @@ import torch
 from optimus_egg.backend import BackwardPass
 from optimus_egg.bench.models import Factory, chain, rec_demo
 from optimus_egg.bench.harness import SUITES, suite
-from optimus_egg.counting import eager_launches, wrapper_launches
+from optimus_egg.counting import eager_launches, wrapper_extern_calls, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
 from optimus_egg.extract.fusion import Prediction
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.extract.select import translated
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import Options, capture, optimize_graph
-
-_EXTERN = re.compile(r"^\s*(?:\w+\s*=\s*)?(extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+)", re.M)
-
 
 def models(names: list[str] | None = None, suite_name: str = "zoo") -> dict[str, Factory]:
     """The models of ``bench/models.py`` and a bench suite's (quick; the zoo by default, any
@@ -67,8 +64,7 @@ def measure(model: Callable[..., Any], inputs: tuple[Any, ...]) -> dict[str, int
     with (torch._inductor.config.patch(fx_graph_cache=False, post_grad_custom_post_pass=BackwardPass(Options())),
           torch.no_grad()):
         _, codes = run_and_get_code(torch.compile(model, backend="inductor"), *inputs)
-    calls = [c[c.find("def call("):] for c in codes]
-    return {"objects": metrics.generated_kernel_count, "extern": sum(len(_EXTERN.findall(c)) for c in calls),
+    return {"objects": metrics.generated_kernel_count, "extern": sum(wrapper_extern_calls(c) for c in codes),
             "launches": sum(wrapper_launches(c) for c in codes)}
 
 

@@ -160,6 +160,7 @@ def measure(name: str, factory: Factory, columns: Sequence[Backend], device: Dev
             profiled = device.kernel_launches(step)
             if profiled is not None:
                 row.launches, row.triton_launches = profiled["total"], profiled["triton"]
+                row.extern_calls = profiled["extern"]
         base = by_label.get(INDUCTOR)
         for row in by_label.values():
             if row.step_s is not None and base is not None and base.step_s:

@@ -12,7 +12,7 @@ from optimus_egg.bench.plots import plot
 #: Model name → the Optimus passes (``counters["inductor"]`` keys) its pattern is for.
 TARGETS = {**families.TARGETS, **optimus_cases.TARGETS}
 
-COLUMNS = ("model", "backend", "eager launches", "launches/step", "kernel objects", "bytes accessed",
+COLUMNS = ("model", "backend", "eager launches", "launches/step", "kernel objects", "extern calls", "bytes accessed",
            "compile s", "optimize s", "step ms", "vs inductor", "peak mem", "equal to eager")
 
 NOTES = """\
@@ -20,7 +20,8 @@ NOTES = """\
   or allocations) of the graph the backend hands to Inductor, i.e. after its torch-level rewrite
   and Inductor's pre-grad passes; training counts forward + backward.
 - launches/step: {launches}
-- kernel objects: `torch._inductor.metrics.generated_kernel_count`; bytes accessed:
+- kernel objects: `torch._inductor.metrics.generated_kernel_count`; extern calls: library and
+  ATen calls per step (the default cost model's figure is the two added); bytes accessed:
   `torch._inductor.metrics.num_bytes_accessed` (Inductor's estimate over its kernels).
 - compile s: compile + first step ({caches}). optimize s: optimus_egg's own share of it.
 - step ms: median of {reps} interleaved rounds; vs inductor: ratio to the `inductor` column (< 1 is faster).
@@ -59,13 +60,23 @@ def _cells(r: dict[str, Any], notes: list[str]) -> list[str]:
             equal += f", fell back ({len(notes)})"
     step_ms = None if r["step_s"] is None else r["step_s"] * 1e3
     return [r["model"], r["backend"], _num(r["eager_launches"]), _num(r["launches"]), _num(r["kernels"]),
-            _size(r["bytes_accessed"]), _num(r["compile_s"], "{:.1f}"), _num(r["optimize_s"], "{:.2f}"),
+            _num(r.get("extern_calls")), _size(r["bytes_accessed"]), _num(r["compile_s"], "{:.1f}"), _num(r["optimize_s"], "{:.2f}"),
             _num(step_ms, "{:.3f}"), _num(r["step_ratio"], "{:.2f}"), _size(r["peak_bytes"]), equal]
 
 
 #: The backends compared side by side, in column order.
 _COMPARED = ("inductor", "inductor+optimus", "optimus_egg")
-_METRICS = (("eager_launches", "eager launches"), ("launches", "launches/step"), ("kernels", "kernel objects"))
+_METRICS = (("eager_launches", "eager launches"), ("launches", "launches/step"), ("kernels", "kernel objects"),
+            ("figure", "kernel objects + extern"))
+
+
+def _metric(row: dict[str, Any], key: str) -> Any:
+    """A row's figure by name; ``figure`` is the default cost model's, kernel objects + extern
+    calls (None where either is unknown, as in results written before extern calls were kept)."""
+    if key != "figure":
+        return row[key]
+    kernels, extern = row["kernels"], row.get("extern_calls")
+    return None if kernels is None or extern is None else kernels + extern
 
 
 def _verdict(r: dict[str, Any] | None) -> str:
@@ -79,7 +90,7 @@ def _verdict(r: dict[str, Any] | None) -> str:
 def _floor(row: dict[str, Any], key: str) -> Any:
     """A peer's figure as optimus_egg is held to it: an output the peer returns as an alias of an
     input counts one copy, since eager returns a fresh tensor there (None stays None)."""
-    value = row[key]
+    value = _metric(row, key)
     return None if value is None else value + row.get("details", {}).get("aliased_outputs", 0)
 
 
@@ -93,7 +104,7 @@ def side_by_side(results: dict[str, Any]) -> str:
     for r in results["rows"]:
         rows.setdefault((r["model"], r["mode"]), {})[r["backend"]] = r
     head = ["model", "mode", "eager launches (eager / ind / +Opt / egg)", "launches/step (ind / +Opt / egg)",
-            "kernel objects (ind / +Opt / egg)", "Optimus pass fired", "Optimus correct", "egg correct",
+            "kernel objects (ind / +Opt / egg)", "kernel objects + extern (ind / +Opt / egg)", "Optimus pass fired", "Optimus correct", "egg correct",
             "optimus_egg above"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for (model, mode), by in rows.items():
@@ -102,9 +113,9 @@ def side_by_side(results: dict[str, Any]) -> str:
         above = []
         for key, label in _METRICS:
             labels = (("eager",) if key == "eager_launches" else ()) + _COMPARED
-            values = [by[b][key] if b in by else None for b in labels]
+            values = [_metric(by[b], key) if b in by else None for b in labels]
             cells.append(" / ".join(_num(v) for v in values))
-            mine = egg[key] if egg else None
+            mine = _metric(egg, key) if egg else None
             for b in ("inductor", "inductor+optimus"):
                 theirs = _floor(by[b], key) if b in by else None
                 if mine is not None and theirs is not None and mine > theirs:

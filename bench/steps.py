@@ -22,7 +22,7 @@ import torch
 from optimus_egg.backend import REPORTS
 from optimus_egg.bench.backends import Backend
 from optimus_egg.bench.device import Device
-from optimus_egg.counting import eager_launches, wrapper_launches
+from optimus_egg.counting import eager_launches, wrapper_extern_calls, wrapper_launches
 
 MODES = ("inference", "training")
 
@@ -38,6 +38,7 @@ class Row:
     launches: int | None = None  # per step: wrapper kernel calls (CPU) / profiled kernels (CUDA)
     triton_launches: int | None = None  # CUDA only
     kernels: int | None = None  # torch._inductor.metrics.generated_kernel_count
+    extern_calls: int | None = None  # per step: extern calls in the wrappers (CPU) / profiled non-Triton (CUDA)
     bytes_accessed: int | None = None  # torch._inductor.metrics.num_bytes_accessed
     compile_s: float | None = None  # compile + first step
     optimize_s: float | None = None  # optimus_egg's own time (backend.REPORTS)
@@ -254,6 +255,7 @@ def compile_first_step(backend: Backend, model: torch.nn.Module, inputs: Sequenc
         row.bytes_accessed = metrics.num_bytes_accessed
         if not device.is_cuda:
             row.launches = sum(wrapper_launches(c) for c in codes)
+            row.extern_calls = sum(wrapper_extern_calls(c) for c in codes)
     if backend.optimus:
         ran = {k: v - before.get(k, 0) for k, v in counters["inductor"].items() if v != before.get(k, 0)}
         row.details["optimus_passes"] = ran

@@ -36,17 +36,30 @@ def eager_launches(fn: Callable[..., Any], *args: Any) -> int:
     return counter.count
 
 
-_CALL = re.compile(r"^\s*(?:\w+\s*=\s*)?(cpp_fused_\w+\(|triton_\w+\.run\(|extern_kernels\.\w+\(|aten\.\w+)",
-                   re.M)
+#: Calls in a generated wrapper: kernels Inductor generated, and extern (library or ATen) calls.
+_KERNEL = r"cpp_fused_\w+\(|triton_\w+\.run\("
+_EXTERN = r"extern_kernels\.\w+\(|aten\.\w+|torch\.ops\.\w+"
+_LINE = r"^\s*(?:\w+\s*=\s*)?({})"
+_CALL = re.compile(_LINE.format(_KERNEL + "|" + _EXTERN), re.M)
+_EXTERN_CALL = re.compile(_LINE.format(_EXTERN), re.M)
+
+
+def _call_body(code: str) -> str:
+    """The ``call`` function of Inductor's generated wrapper ('' when there is none)."""
+    start = code.find("def call(")
+    if start < 0:
+        return ""
+    body = code[start:]
+    first_line = body.find("\n") + 1
+    end = re.search(r"^\S", body[first_line:], re.M)
+    return body[: first_line + end.start()] if end else body
 
 
 def wrapper_launches(code: str) -> int:
     """Kernel calls in the ``call`` function of Inductor's generated wrapper."""
-    start = code.find("def call(")
-    if start < 0:
-        return 0
-    body = code[start:]
-    first_line = body.find("\n") + 1
-    end = re.search(r"^\S", body[first_line:], re.M)
-    body = body[: first_line + end.start()] if end else body
-    return len(_CALL.findall(body))
+    return len(_CALL.findall(_call_body(code)))
+
+
+def wrapper_extern_calls(code: str) -> int:
+    """... of which extern calls (a library matmul, an ATen fallback): a launch each on a GPU."""
+    return len(_EXTERN_CALL.findall(_call_body(code)))

@@ -3,7 +3,7 @@
 import torch
 import torch.nn.functional as F
 
-from optimus_egg.counting import eager_launches, wrapper_launches
+from optimus_egg.counting import eager_launches, wrapper_extern_calls, wrapper_launches
 
 
 def test_views_and_allocations_launch_nothing():
@@ -43,4 +43,5 @@ def benchmark_compiled_module(times=10, repeat=10):
 
 def test_wrapper_launches_are_the_kernel_calls_of_call_alone():
     assert wrapper_launches(WRAPPER) == 3
-    assert wrapper_launches("print('no call function')") == 0
+    assert wrapper_extern_calls(WRAPPER) == 1  # the mm (not the relu, not the Triton kernel)
+    assert wrapper_launches("print('no call function')") == 0 == wrapper_extern_calls("x = 1")

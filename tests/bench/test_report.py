@@ -4,9 +4,9 @@ from optimus_egg.bench.steps import Row
 from optimus_egg.bench.report import by_test_file, markdown, side_by_side
 
 
-def _row(backend, eager_launches, launches, kernels, equal=True, error=None, passes=None):
+def _row(backend, eager_launches, launches, kernels, equal=True, error=None, passes=None, extern=None):
     row = Row("family_split_cat", "inference", backend, eager_launches=eager_launches, launches=launches,
-              kernels=kernels, equal=None if error else equal, error=error)
+              kernels=kernels, extern_calls=extern, equal=None if error else equal, error=error)
     if passes is not None:
         row.details["optimus_passes"] = passes
     return row.__dict__
@@ -26,20 +26,22 @@ def _cells(table):
 
 def test_flags_where_optimus_egg_is_above_and_where_optimus_is_wrong():
     table = side_by_side(_results(
-        _row("eager", 6, None, None), _row("inductor", 6, 3, 10),
-        _row("inductor+optimus", 5, 3, 3, equal=False, passes={"split_cat_pass": 1}),
-        _row("optimus_egg", 5, 4, 3)))
+        _row("eager", 6, None, None), _row("inductor", 6, 3, 10, extern=2),
+        _row("inductor+optimus", 5, 3, 3, equal=False, passes={"split_cat_pass": 1}, extern=1),
+        _row("optimus_egg", 5, 4, 3, extern=2)))
     cells = _cells(table)
-    assert cells[2:5] == ["6 / 6 / 5 / 5", "3 / 3 / 4", "10 / 3 / 3"]
-    assert cells[5:8] == ["split_cat_pass", "**WRONG**", "yes"]
-    assert cells[8] == "**launches/step > inductor; launches/step > Optimus**"
+    assert cells[2:6] == ["6 / 6 / 5 / 5", "3 / 3 / 4", "10 / 3 / 3", "12 / 4 / 5"]
+    assert cells[6:9] == ["split_cat_pass", "**WRONG**", "yes"]
+    assert cells[9] == ("**launches/step > inductor; launches/step > Optimus; "
+                        "kernel objects + extern > Optimus**")
 
 
 def test_a_failed_optimus_compile_is_reported_not_compared():
     results = _results(_row("inductor", 6, 3, 10), _row("inductor+optimus", 6, None, None, error="KeyError: 'x'"),
                        _row("optimus_egg", 5, 3, 9))
     cells = _cells(side_by_side(results))
-    assert cells[5:9] == ["-", "**fails** (KeyError)", "yes", "-"]
+    assert cells[5] == "- / - / -"  # (no extern calls recorded: no figure)
+    assert cells[6:10] == ["-", "**fails** (KeyError)", "yes", "-"]
     assert "### Side by side" in markdown(results)
 
 
@@ -47,9 +49,9 @@ def test_an_output_optimus_returns_as_an_input_alias_counts_one_copy():
     optimus = _row("inductor+optimus", 0, 0, 0, passes={"split_cat_pass": 1})
     optimus["details"]["aliased_outputs"] = 2
     results = _results(_row("inductor", 3, 1, 8), optimus, _row("optimus_egg", 2, 1, 2))
-    assert _cells(side_by_side(results))[8] == "-"
+    assert _cells(side_by_side(results))[9] == "-"
     optimus["details"]["aliased_outputs"] = 1
-    assert _cells(side_by_side(results))[8] == "**eager launches > Optimus; kernel objects > Optimus**"
+    assert _cells(side_by_side(results))[9] == "**eager launches > Optimus; kernel objects > Optimus**"
 
 
 def test_the_optimus_patterns_add_up_per_test_file_and_count_the_cases_above_a_peer():
