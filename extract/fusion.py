@@ -53,7 +53,8 @@ from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.ir import Term
-from optimus_egg.optable import EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS
+from optimus_egg.optable import (BATCHED_MATMULS, EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS,
+                                 keeps_last_dim)
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
@@ -225,6 +226,7 @@ class Simulation:
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
         self.slotted: set[Term] = set()  # pointwise and reduction terms that write a cat slot
         self.exp: set[Term] = set()  # pointwise terms whose expression (inlined producers too) calls exp
+        self.batched_read: dict[Term, bool] = {}  # a Move -> do batched matmuls alone read it?
 
     def fact(self, term: Term) -> Fact | None:
         """``term``'s shape and dtype: its fact, or for a pointwise call a rule made (which FX
@@ -264,11 +266,16 @@ class Simulation:
             if kind == "view" and args:
                 views[term] = views.get(args[0], args[0])
             elif kind != "list":
+                batched = kind == "matmul" and self.registry.calls[term.args[0]].name in BATCHED_MATMULS
+                for a in args:
+                    if a.op == "Move":
+                        self.batched_read[a] = self.batched_read.get(a, True) and batched
                 for a in set(views.get(a, a) for a in args):
                     self.readers[a] = self.readers.get(a, 0) + 1
                 self.not_matmul_read.update(views.get(a, a) for i, a in enumerate(args)
                                             if not self._library_operand(term, kind, i))
         for r in roots:
+            self.batched_read[r] = False
             r = views.get(r, r)
             self.readers[r] = self.readers.get(r, 0) + 1
             self.not_matmul_read.add(r)
@@ -346,6 +353,12 @@ class Simulation:
             if a not in inlined:
                 self.use(a, term)
 
+    def read_in_place(self, move: Term) -> bool:
+        """Is ``move`` read by batched matmuls alone, its last dim left in place? The backend
+        hands them the ``movedim`` view (:func:`optimus_egg.cleanup.moves_read_in_place`)."""
+        fact = self.fact(move.args[0])
+        return bool(self.batched_read.get(move)) and fact is not None and keeps_last_dim(len(fact[0]), *move.args[1:])
+
     def stored_for_reuse(self, term: Term) -> bool:
         """CPU: Inductor stores a pointwise result that several ops read when its expression calls
         ``exp`` or ``sigmoid`` (too dear to recompute in each reader): a loop of its own wherever
@@ -365,6 +378,8 @@ class Simulation:
         args = self.reads(term)
         for before in tensor_args(term)[len(args):]:
             self.use(before, None)  # an effect it is ordered after (frontend): it runs, as the program's does
+        if op == "Move" and self.read_in_place(term):
+            kind = "view"
         if kind in ("view", "input"):
             self.kind[term] = kind
             self.src[term] = self.src[args[0]] if kind == "view" and args else term

@@ -42,6 +42,7 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     doubled = doubled_sums(graph)
     emitter.replaced(doubled)
     regrouped.update(doubled)
+    emitter.forget(moves_read_in_place(graph))
     sink_input_stacks(graph)
     outs = iter([regrouped.get(n, n) for n in roots])
     leaves = [next(outs) if isinstance(x, ir.Term) else x for x in emitter.tr.outputs]
@@ -169,6 +170,28 @@ def doubled_sums(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
             n.meta.pop("val", None)
             n.meta.pop("example_value", None)
     return replaced
+
+
+def moves_read_in_place(graph: fx.Graph) -> set[fx.Node]:
+    """A dim moved and written out in order (``movedim(x, a, b).contiguous()``, the IR's ``Move``)
+    that only batched matmuls read, the last dim left in place, is read as the ``movedim`` view:
+    ``bmm`` takes any batch and row strides, so the copy was a kernel and a buffer for nothing
+    (a stack of equal windows of one activation, a batched layer's input). Returns the copies
+    erased (their class is emitted again where an output needs it: a fresh tensor)."""
+    erased = set()
+    for node in list(graph.find_nodes(op="call_function", target=torch.Tensor.contiguous)):
+        moved = node.args[0]
+        if (len(node.args) == 1 and not node.kwargs and isinstance(moved, fx.Node) and moved.target is torch.movedim
+                and node.users and all(_batched_matmul(u) for u in node.users)
+                and optable.keeps_last_dim(val(moved.args[0]).dim(), *moved.args[1:])):
+            node.replace_all_uses_with(moved)
+            graph.erase_node(node)
+            erased.add(node)
+    return erased
+
+
+def _batched_matmul(node: fx.Node) -> bool:
+    return (op := optable.lookup(node)) is not None and op.name in optable.BATCHED_MATMULS
 
 
 def sink_input_stacks(graph: fx.Graph) -> None:

@@ -18,10 +18,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
+__all__ = ["BATCHED_MATMULS", "CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
            "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
            "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
-           "OpDef", "functional_name", "lookup"]
+           "OpDef", "functional_name", "keeps_last_dim", "lookup"]
 
 
 class Kind(enum.Enum):
@@ -101,6 +101,17 @@ OPS: list[OpDef] = [
 #: Matmuls a library computes whole (Inductor's extern calls): no loop of Inductor's reads their
 #: operands. ``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm`` in ATen.
 MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})
+#: Matmuls that read a batch of matrices at any batch and row strides (the library takes them as
+#: they lie; the others fold a strided batch into rows with a copy).
+BATCHED_MATMULS = frozenset({"bmm", "baddbmm"})
+
+
+def keeps_last_dim(rank: int, source: int, destination: int) -> bool:
+    """Does ``movedim(x, source, destination)`` of a rank-``rank`` tensor leave its last dim last
+    (rows keep their unit stride, which a batched matmul needs to read them in place)?"""
+    return rank - 1 not in (source % rank, destination % rank)
+
+
 #: Ops a library computes whole, each one extern call for Inductor: the matmuls, and the other
 #: contractions (einsum, convolutions, attention), whose operands are not always read as they lie.
 #: The cost models' ``matmul`` category.

@@ -307,3 +307,45 @@ def test_a_stack_never_moves_past_a_write_through_out():
     got_args, want_args = [a.clone() for a in args], [a.clone() for a in args]
     torch.testing.assert_close(gm(*got_args)[0], fn(*want_args)[0])
     torch.testing.assert_close(got_args[3], want_args[3])
+
+
+class _WindowExperts(torch.nn.Module):
+    """Equal windows of one linear's output, stacked, each through its own expert (a ``bmm``):
+    the stack is the output with a dim moved, which the batched matmul can read in place.
+    ``moved``: blocks of rows stacked after their last dim instead, which moves a dim last."""
+
+    def __init__(self, moved=False):
+        super().__init__()
+        self.moved = moved
+        self.proj = torch.nn.Linear(8, 6 if moved else 3 + 4 * 6)
+        self.experts = torch.nn.Parameter(torch.randn(7, 4, 5) if moved else torch.randn(4, 6, 5))
+
+    def forward(self, x):
+        h = self.proj(x)
+        if self.moved:  # x: 28 rows, four blocks of 7: (7, 6, 4)
+            return torch.bmm(torch.stack([h[7 * i: 7 * i + 7] for i in range(4)], 2), self.experts)
+        return torch.bmm(torch.stack([h[:, 3 + 6 * i: 9 + 6 * i] for i in range(4)], 0), self.experts)
+
+
+def test_windows_a_batched_matmul_reads_are_read_in_place():
+    from tests.helpers import check_training
+
+    gm = check_training(_WindowExperts(), torch.randn(7, 8))
+    assert calls_to(gm, torch.movedim) == 1 and calls_to(gm, torch.Tensor.contiguous) == 0
+    assert calls_to(gm, torch.stack) == 0
+
+
+def test_a_moved_copy_is_kept_when_the_last_dim_moves_or_something_else_reads_it():
+    from tests.helpers import check_training
+
+    gm = check_training(_WindowExperts(moved=True), torch.randn(28, 8))
+    bmm = next(n for n in gm.graph.nodes if n.target is torch.bmm)
+    assert bmm.args[0].target is not torch.movedim  # a copy in order (a stack or a Move), not the view
+
+    def returned(x):  # the moved copy is also an output: a fresh tensor, never a view
+        stacked = torch.stack([x[:, 2 * i: 2 * i + 2] for i in range(3)], 0)
+        return torch.bmm(stacked, stacked.transpose(1, 2)), stacked
+
+    gm = _rewritten(returned, torch.randn(5, 6))
+    out = gm(x := torch.randn(5, 6))[1]
+    assert out.is_contiguous() and out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
