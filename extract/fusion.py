@@ -226,7 +226,7 @@ class Simulation:
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
         self.slotted: set[Term] = set()  # pointwise and reduction terms that write a cat slot
         self.exp: set[Term] = set()  # pointwise terms whose expression (inlined producers too) calls exp
-        self.batched_read: dict[Term, bool] = {}  # a Move -> do batched matmuls alone read it?
+        self.move_readers: dict[Term, list[Term | None]] = {}  # a Move (or a unit reshape of one) -> its readers
 
     def fact(self, term: Term) -> Fact | None:
         """``term``'s shape and dtype: its fact, or for a pointwise call a rule made (which FX
@@ -263,19 +263,21 @@ class Simulation:
             op = term.op
             kind = kind_of(self.registry, op, term.args[0] if op in ("Unary", "Binary", "Op") else None)
             args = self.reads(term) if kind != "list" else []
+            for a in args:
+                if a in self.move_readers:
+                    self.move_readers[a].append(term)
+            if op == "Move" or kind == "view" and args and args[0] in self.move_readers and self._unit_reshape(term):
+                self.move_readers[term] = []
             if kind == "view" and args:
                 views[term] = views.get(args[0], args[0])
             elif kind != "list":
-                batched = kind == "matmul" and self.registry.calls[term.args[0]].name in BATCHED_MATMULS
-                for a in args:
-                    if a.op == "Move":
-                        self.batched_read[a] = self.batched_read.get(a, True) and batched
                 for a in set(views.get(a, a) for a in args):
                     self.readers[a] = self.readers.get(a, 0) + 1
                 self.not_matmul_read.update(views.get(a, a) for i, a in enumerate(args)
                                             if not self._library_operand(term, kind, i))
         for r in roots:
-            self.batched_read[r] = False
+            if r in self.move_readers:
+                self.move_readers[r].append(None)
             r = views.get(r, r)
             self.readers[r] = self.readers.get(r, 0) + 1
             self.not_matmul_read.add(r)
@@ -354,10 +356,27 @@ class Simulation:
                 self.use(a, term)
 
     def read_in_place(self, move: Term) -> bool:
-        """Is ``move`` read by batched matmuls alone, its last dim left in place? The backend
-        hands them the ``movedim`` view (:func:`optimus_egg.cleanup.moves_read_in_place`)."""
+        """Is ``move`` read by batched matmuls alone (directly or through reshapes of size-1
+        dims), its last dim left in place? The backend hands them the ``movedim`` view
+        (:func:`optimus_egg.cleanup.moves_read_in_place`)."""
+        def batched(reader: Term | None) -> bool:
+            if reader is None:
+                return False  # an output: a fresh tensor
+            if reader in self.move_readers:
+                return all(batched(r) for r in self.move_readers[reader])
+            return (reader.op in ("Unary", "Binary", "Op")
+                    and self.registry.calls[reader.args[0]].name in BATCHED_MATMULS)
+
         fact = self.fact(move.args[0])
-        return bool(self.batched_read.get(move)) and fact is not None and keeps_last_dim(len(fact[0]), *move.args[1:])
+        return (fact is not None and keeps_last_dim(len(fact[0]), *move.args[1:]) and bool(self.move_readers[move])
+                and all(batched(r) for r in self.move_readers[move]))
+
+    def _unit_reshape(self, view: Term) -> bool:
+        """Does ``view`` only add or drop dims of size 1 (a view of any strided tensor)?"""
+        fact, inner = self.fact(view), self.fact(tensor_args(view)[0])
+        if view.op not in _RESHAPES or fact is None or inner is None:
+            return False
+        return [n for n in fact[0] if n != 1] == [n for n in inner[0] if n != 1]
 
     def stored_for_reuse(self, term: Term) -> bool:
         """CPU: Inductor stores a pointwise result that several ops read when its expression calls

@@ -67,3 +67,21 @@ def test_pieces_glued_along_another_dim_are_one_copy_with_an_output_copy_counted
     assert not report.kept and report.kernels_after < report.kernels_before
     assert not CALIBRATED or _built(gm, (x,)) < _built(model, (x,))
     assert optimize(model, (x,), cost_model="eager")[1].kept
+
+
+@INDUCTOR_2_13
+def test_windows_stacked_for_a_batched_matmul_are_read_in_place():
+    """Equal windows of a relu stacked (a cat along a size-1 dim) for one ``baddbmm``: a loop per
+    window as written; optimized, the ``movedim`` view of the relu, which the matmul reads."""
+    w1, b1, w2, b2 = torch.randn(206, 16), torch.randn(206), torch.randn(6, 32, 8), torch.randn(6, 1, 8)
+
+    def fn(x):
+        h = torch.relu(torch.nn.functional.linear(x, w1, b1)).unflatten(0, (1, -1))
+        return torch.baddbmm(b2, torch.cat([h.narrow(2, 14 + 32 * i, 32) for i in range(6)], 0), w2)
+
+    x = torch.randn(64, 16)
+    gm, report = optimize(Fn(fn), (x,))
+    torch.testing.assert_close(gm(x), fn(x))
+    assert not report.kept and report.kernels_after < report.kernels_before
+    if CALIBRATED:
+        assert (report.kernels_before, report.kernels_after) == (_built(Fn(fn), (x,)), _built(gm, (x,)))
