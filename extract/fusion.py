@@ -97,7 +97,7 @@ class Prediction:
 class _Group:
     kind: str  # "pointwise" | "reduction" | "copy"
     reductions: list[Term] = field(default_factory=list)
-    signature: tuple[int, int] | None = None  # (elements read, elements written) of its reductions
+    signature: tuple[int, int, int] | None = None  # (elements read, written, reduced per output) of its reductions
     needed: bool = False  # something outside the group reads it, or it writes a cat slot / output
     epilogue: bool = False  # a member reads a reduction of the same group
     shared: bool = False  # it reads something every slice of it reads too (a gather, a broadcast)
@@ -331,7 +331,7 @@ class Simulation:
             if fusible and self.depth[s] == self.depth[term] and self._whole(a):
                 if self.kind[s] == "reduction" and self.kind[term] != "reduction":
                     self.epilogues.append((term, s))
-                else:
+                else:  # (reductions over other ranges stay apart, each its own loops)
                     self.uf.union(g, self.group[s])
                 continue
             key: tuple[Any, ...] = (_unreshaped(a), numel, self.depth[term])  # reshapes keep the order read
@@ -429,7 +429,8 @@ class Simulation:
             if kind == "reduction":
                 group = self.uf.groups[g]
                 group.reductions.append(term)
-                group.signature = (self.numel(args[0]) or -1, self.numel(term) or -1)
+                group.signature = (self.numel(args[0]) or -1, self.numel(term) or -1,
+                                   self.reduced(call, args[0], term) or -1)
                 group.needed = True
             self.fuse_in(term, args)
             return
@@ -460,22 +461,25 @@ class Simulation:
         """Does Inductor unroll this reduction into a pointwise op: fewer than
         ``unroll_reductions_threshold`` (8) elements reduced per output element, more than one
         output element? (A softmax over 4 gates is a pointwise kernel, not 4 loops.)"""
+        n_out, reduced = self.numel(term), self.reduced(call, x, term)
+        return n_out is not None and n_out > 1 and reduced is not None and reduced < UNROLLED_REDUCTION
+
+    def reduced(self, call: Any, x: Term, term: Term) -> int | None:
+        """The elements this reduction of ``x`` reduces per output element (None: unknown)."""
         n_in, n_out, fact = self.numel(x), self.numel(term), self.fact(x)
-        if n_in is None or n_out is None or fact is None or n_out <= 1:
-            return False
+        if n_in is None or n_out is None or fact is None or n_out == 0:
+            return None
         if n_out < n_in:
-            reduced = n_in // n_out
-        else:  # the reduction keeps the shape: the reduced size is the dim (or shape) it names
-            args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
-            if call.name in TWO_PASS:
-                dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
-                reduced = fact[0][dim] if isinstance(dim, int) and -len(fact[0]) <= dim < len(fact[0]) else None
-            elif call.name == "layer_norm":
-                shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
-                reduced = math.prod(shape) if isinstance(shape, (list, tuple)) else None
-            else:
-                reduced = None
-        return reduced is not None and reduced < UNROLLED_REDUCTION
+            return n_in // n_out
+        # the reduction keeps the shape: the reduced size is the dim (or shape) it names
+        args, kwargs = pytree.tree_unflatten(list(call.leaves), call.spec)
+        if call.name in TWO_PASS:
+            dim = kwargs.get("dim", args[1] if len(args) > 1 else None)
+            return fact[0][dim] if isinstance(dim, int) and -len(fact[0]) <= dim < len(fact[0]) else None
+        if call.name == "layer_norm":
+            shape = kwargs.get("normalized_shape", args[1] if len(args) > 1 else None)
+            return math.prod(shape) if isinstance(shape, (list, tuple)) else None
+        return None
 
     def distribute(self, term: Term, args: list[Term]) -> bool:
         """CPU: a pointwise op that alone reads a whole cat with matmul pieces is computed piece
