@@ -4,17 +4,21 @@ What Inductor does, as modelled here (``optimus_egg.bench.calibrate`` checks the
 Inductor on micro-graphs):
 
 - Views (slices, squeezes, reshapes that alias) are free: a consumer reads through them. A
-  ``Move`` (a dim moved, written out in order) is a pointwise copy, which fuses like one.
+  ``Move`` (a dim moved, written out in order) is a pointwise copy, which fuses like one;
+  where only batched matmuls read it, its last dim left last, a view (the backend hands them
+  the ``movedim``).
 - Pointwise ops fuse with the pointwise producers they read whole into one kernel. Fusion never
   crosses an extern call or a cat: a kernel cannot run both before and after one ("depth", the
   number of such barriers on the longest path, must match). A pointwise producer read in slices,
   or from another depth, is recomputed inside its reader (Inductor inlines it), so it needs a
   kernel of its own only when something must read it from memory: an extern call, a cat slot, a
-  graph output.
+  graph output. On CPU, a result whose expression calls ``exp`` or ``sigmoid`` and that several
+  ops read is stored instead (a loop of its own where they read slices).
 - Kernels that read the same tensor through the same view with the same number of elements fuse
   horizontally; so do kernels reading slices of one gather (``embedding``) or reduction result.
 - A reduction of fewer than 8 elements per output element is unrolled into a pointwise op
   (an unrolled softmax stores its exponentials: a loop of its own, then one for the rest).
+  Reductions fuse only over the same range (elements read, written, and reduced per output).
 - A reduction is one kernel; pointwise producers fuse in (prologue); a pointwise consumer fuses
   after it (epilogue) unless a later reduction takes that consumer in as its prologue (softmax's
   division then moves into the consumer). Reductions never fuse side by side.
