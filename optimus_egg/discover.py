@@ -34,6 +34,7 @@ import torch.fx as fx
 from optimus_egg import rewrites
 from optimus_egg.calls import Call, Registry, Slot
 from optimus_egg.counting import eager_launches
+from optimus_egg.outputs import visible_strides
 from optimus_egg.discover_programs import Groups, Prog, Shape, copied, enumerate_programs, function, source
 from optimus_egg.egraph import Budget, EGraph, rows
 from optimus_egg.extract.cost import KernelCost
@@ -299,11 +300,13 @@ def _findings(unproven: list[tuple[_Member, _Member]], all_groups: list[Groups],
         measured = next((m for m in (_measure(*p, inputs) for p in pairs) if m is not None), None)
         if measured is None:  # equal on the integer draws only
             continue
-        before, after, launches = measured
+        before, after, launches, relaid = measured
         held, not_equal = conditions[(before.prog.form(), after.prog.form())]
+        # an output laid out otherwise is copied back into the program's layout (the pipeline's
+        # restride_outputs): the after form pays that copy
         found.append((Finding(before.shape, source(before.prog), source(after.prog), f"{bf} → {af}",
-                              before.prog.size + after.prog.size, before.eager - after.eager,
-                              before.inductor - after.inductor, launches, "", held, not_equal),
+                              before.prog.size + after.prog.size, before.eager - after.eager - relaid,
+                              before.inductor - after.inductor - relaid, launches - relaid, "", held, not_equal),
                       before, after))
     # a gain the model sees but eager does not (a flatten of a strided view is a copy) comes later
     found.sort(key=lambda f: (-min(f[0].eager_gain, f[0].launches_gain), -f[0].inductor_gain, f[0].size, f[0].before))
@@ -324,9 +327,10 @@ def _canonical(before: str, after: str) -> tuple[str, str]:
     return b, a
 
 
-def _measure(before: _Member, after: _Member, inputs: Sequence[str]) -> tuple[_Member, _Member, int] | None:
-    """The pair and the kernels eager launches fewer for ``after``, if the two are equal on a
-    third draw of the inputs (normal floats); else None."""
+def _measure(before: _Member, after: _Member, inputs: Sequence[str]) -> tuple[_Member, _Member, int, int] | None:
+    """The pair, the kernels eager launches fewer for ``after``, and 1 where ``after``'s output is
+    laid out otherwise (its strides), if the two are equal on a third draw of the inputs (normal
+    floats); else None."""
     gen = torch.Generator().manual_seed(1)
     xs = [torch.randn(before.shape, generator=gen) for _ in inputs]
     namespace: dict[str, Any] = {"torch": torch}
@@ -335,7 +339,8 @@ def _measure(before: _Member, after: _Member, inputs: Sequence[str]) -> tuple[_M
     (a,), (b,) = namespace["f"](*xs), namespace["g"](*xs)
     if a.shape != b.shape or not torch.allclose(a, b):
         return None
-    return before, after, eager_launches(namespace["f"], *xs) - eager_launches(namespace["g"], *xs)
+    launches = eager_launches(namespace["f"], *xs) - eager_launches(namespace["g"], *xs)
+    return before, after, launches, int(visible_strides(a) != visible_strides(b))
 
 
 # -- the command ---------------------------------------------------------------------------------

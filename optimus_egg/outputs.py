@@ -148,14 +148,14 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
         va, vb = val(a), val(b)
         if isinstance(va, (tuple, list)):  # a split's pieces, returned as they are: no copy fits
             pairs = list(zip(va, vb)) if isinstance(vb, (tuple, list)) and len(vb) == len(va) else None
-            if pairs is None or any(isinstance(x, torch.Tensor) and _visible_strides(x) != _visible_strides(y)
+            if pairs is None or any(isinstance(x, torch.Tensor) and visible_strides(x) != visible_strides(y)
                                     for x, y in pairs):
                 return None
             continue
-        if not isinstance(va, torch.Tensor) or _visible_strides(va) == _visible_strides(vb):
+        if not isinstance(va, torch.Tensor) or visible_strides(va) == visible_strides(vb):
             continue
         shared = keys[i] & set().union(inputs, *(k for j, k in enumerate(keys) if j != i))
-        if _visible_strides(va) != _visible_strides(va.new_empty(va.shape)) or shared:
+        if visible_strides(va) != visible_strides(va.new_empty(va.shape)) or shared:
             return None
         with new.graph.inserting_before(out_new):
             leaves_new[i] = new.graph.call_method("contiguous", (b,))
@@ -167,7 +167,7 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
     return copies
 
 
-def _visible_strides(v: torch.Tensor) -> Any:
+def visible_strides(v: torch.Tensor) -> Any:
     """A tensor's strides where they matter: along its dims of more than one element (none
     for a tensor without elements). Symbolic ones as written."""
     if static_int(v.numel()) == 0:

@@ -8,7 +8,9 @@ import torch
 from optimus_egg import cli, rewrites
 from optimus_egg.discover import _canonical, check_batch, discover
 from optimus_egg.discover_programs import Prog, copied, enumerate_programs, source
+from optimus_egg.counting import eager_launches
 from optimus_egg.egraph import Budget
+from optimus_egg.outputs import visible_strides
 from optimus_egg.rewrites import Rule, op_named
 
 X = Prog("input", ("x",))
@@ -62,6 +64,23 @@ def test_findings_are_equal_unproven_and_well_formed():
         rule = eval(f.rule.split("  # ")[0], {"Rule": Rule, "op_named": op_named})
         assert isinstance(rule, Rule)
     assert all(f.held_on for f in findings)  # the instance reported is one
+
+
+def test_an_output_laid_out_otherwise_pays_the_copy_back():
+    """The pipeline copies an output whose strides changed back into the program's layout, so a
+    finding whose after form returns a transpose gains one launch less than eager measures."""
+    summary, findings = discover([(4, 6)], ("x",), 2, ["split_cat", "pointwise"], batch=100)
+    relaid = 0
+    for f in findings:
+        namespace = {"torch": torch}
+        exec(f"def before(x):\n    {f.before.replace('; ', chr(10) + '    ')}\n"
+             f"def after(x):\n    {f.after.replace('; ', chr(10) + '    ')}\n", namespace)
+        x = torch.randn(4, 6)
+        moved = visible_strides(namespace["before"](x)) != visible_strides(namespace["after"](x))
+        launches = eager_launches(namespace["before"], x) - eager_launches(namespace["after"], x)
+        assert f.launches_gain == launches - moved
+        relaid += moved
+    assert relaid > 0  # (the shape has such findings: the penalty is exercised)
 
 
 def test_json_output(tmp_path, capsys):
