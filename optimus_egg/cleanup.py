@@ -42,7 +42,7 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     doubled = doubled_sums(graph)
     emitter.replaced(doubled)
     regrouped.update(doubled)
-    emitter.forget(moves_read_in_place(graph))
+    emitter.forget(moves_read_in_place(graph, set(roots)))
     sink_input_stacks(graph)
     outs = iter([regrouped.get(n, n) for n in roots])
     leaves = [next(outs) if isinstance(x, ir.Term) else x for x in emitter.tr.outputs]
@@ -172,35 +172,38 @@ def doubled_sums(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     return replaced
 
 
-def moves_read_in_place(graph: fx.Graph) -> set[fx.Node]:
+def moves_read_in_place(graph: fx.Graph, keep: set[fx.Node]) -> set[fx.Node]:
     """A dim moved and written out in order (``movedim(x, a, b).contiguous()``, the IR's ``Move``)
     that only batched matmuls read (directly or through reshapes of size-1 dims), the last dim
     left in place, is read as the ``movedim`` view: ``bmm`` takes any batch and row strides, so
     the copy was a kernel and a buffer for nothing (a stack of equal windows of one activation,
-    a batched layer's input). Returns the copies erased (their class is emitted again where an
-    output needs it: a fresh tensor)."""
+    a batched layer's input). ``keep``: the graph's outputs (not yet readers here), which stay
+    fresh tensors: neither a copy nor a reshape of it between the copy and the matmuls may be one.
+    Returns the copies erased (their class is emitted again where an output needs it)."""
     erased = set()
     for node in list(graph.find_nodes(op="call_function", target=torch.Tensor.contiguous)):
         moved = node.args[0]
         if (len(node.args) == 1 and not node.kwargs and isinstance(moved, fx.Node) and moved.target is torch.movedim
-                and _batched_matmuls_read(node) and optable.keeps_last_dim(val(moved.args[0]).dim(), *moved.args[1:])):
+                and _batched_matmuls_read(node, keep)
+                and optable.keeps_last_dim(val(moved.args[0]).dim(), *moved.args[1:])):
             node.replace_all_uses_with(moved)
             graph.erase_node(node)
             erased.add(node)
     return erased
 
 
-def _batched_matmuls_read(node: fx.Node) -> bool:
+def _batched_matmuls_read(node: fx.Node, keep: set[fx.Node]) -> bool:
     """Is ``node`` read by batched matmuls alone, directly or through reshapes of size-1 dims
-    (views of any strided tensor)?"""
+    (views of any strided tensor), and neither it nor such a reshape is in ``keep``?"""
     def reader(user: fx.Node) -> bool:
         if (op := optable.lookup(user)) is not None and op.name in optable.BATCHED_MATMULS:
             return True
         shapes = [val(user), val(node)]
         return (user.target in _UNIT_RESHAPES and all(isinstance(v, torch.Tensor) for v in shapes)
-                and len({tuple(n for n in v.shape if n != 1) for v in shapes}) == 1 and _batched_matmuls_read(user))
+                and len({tuple(n for n in v.shape if n != 1) for v in shapes}) == 1
+                and _batched_matmuls_read(user, keep))
 
-    return bool(node.users) and all(reader(u) for u in node.users)
+    return node not in keep and bool(node.users) and all(reader(u) for u in node.users)
 
 
 #: The reshapes the emitter writes (``Flat``, ``Unflat``, ``Squeeze``, ``Unsqueeze``).

@@ -349,3 +349,19 @@ def test_a_moved_copy_is_kept_when_the_last_dim_moves_or_something_else_reads_it
     gm = _rewritten(returned, torch.randn(5, 6))
     out = gm(x := torch.randn(5, 6))[1]
     assert out.is_contiguous() and out.untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_a_moved_copy_that_is_an_output_is_kept_though_only_a_batched_matmul_reads_it():
+    """The graph's output node is written after clean-up, so an output is no reader yet: the
+    copy must still be kept (erased, the output named a node no longer in the graph)."""
+    def returned(x, w):
+        stacked = torch.stack([x[:, 2 * i: 2 * i + 2] for i in range(3)], 0)
+        return torch.bmm(stacked, w), stacked
+
+    x, w = torch.randn(5, 6), torch.randn(3, 2, 4)
+    gm, report = optimize(Fn(returned), (x, w))
+    assert report.fallback is None and not report.kept
+    got, want = gm(x, w), returned(x, w)
+    for g, e in zip(got, want, strict=True):
+        torch.testing.assert_close(g, e)
+    assert got[1].is_contiguous() and got[1].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
