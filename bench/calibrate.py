@@ -30,7 +30,7 @@ from optimus_egg.bench.models import Factory, chain, rec_demo
 from optimus_egg.bench.harness import SUITES, suite
 from optimus_egg.counting import eager_launches, wrapper_extern_calls, wrapper_launches
 from optimus_egg.extract.cost import KernelCost
-from optimus_egg.extract.fusion import Prediction
+from optimus_egg.extract.kernels import Prediction
 from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.extract.select import translated
 from optimus_egg.frontend import translate

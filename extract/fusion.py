@@ -47,7 +47,6 @@ what runs (one launch each on a GPU).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -56,95 +55,12 @@ from torch.utils import _pytree as pytree
 from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
+from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_REDUCTION_OBJECTS, CPU_UNROLLED_OBJECTS,
+                                         CUDA_POINTWISE_CAT, MAX_SCATTERED, UNROLLED_REDUCTION, Group, Prediction,
+                                         UnionFind)
 from optimus_egg.ir import Term
 from optimus_egg.optable import (BATCHED_MATMULS, EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS,
                                  keeps_last_dim)
-
-#: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
-CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
-                         "layer_norm": 8, "group_norm": 8, "normalize": 3, "cosine_similarity": 4}
-#: ... and for a single-loop reduction that gets a pointwise epilogue fused after it.
-CPU_EPILOGUE_OBJECTS = 4
-#: Inductor writes a reduction of fewer elements than this (per output element) as a pointwise
-#: op, unrolled (``config.unroll_reductions_threshold``).
-UNROLLED_REDUCTION = 8
-#: Loop nests the CPU backend writes for such an op unrolled (1 when not listed).
-CPU_UNROLLED_OBJECTS = {"softmax": 2, "log_softmax": 4, "layer_norm": 3}
-#: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
-CUDA_POINTWISE_CAT = 8
-#: The most graph inputs the backend's post-grad pass (:func:`optimus_egg.cleanup.scatter_input_stacks`)
-#: scatters into one stack in one kernel: each element of it tests its slot once per input. Twice
-#: Inductor's own one-kernel cat on GPUs (``config.max_pointwise_cat_inputs``): the concatenated
-#: weights of a model's parallel linears are often a few more than 8, and copied, each would be a
-#: kernel of its own.
-MAX_SCATTERED = 16
-
-
-@dataclass
-class Prediction:
-    kernels: int = 0  # generated kernels (fused): one launch each on a GPU
-    extern: int = 0  # extern / fallback calls
-    objects: int = 0  # what metrics.generated_kernel_count reports on this device
-    weighted: float = 0.0  # kernels and extern calls weighted by their category
-
-    @property
-    def launches(self) -> int:
-        return self.kernels + self.extern
-
-    def figure(self, device: str) -> float:
-        """The figure to minimize: on CPU the kernel objects and extern calls Inductor generates
-        (what a GPU would launch, and what compile time follows), elsewhere the launches."""
-        return float(self.objects + self.extern) if device == "cpu" else self.weighted
-
-
-@dataclass
-class _Group:
-    kind: str  # "pointwise" | "reduction" | "copy"
-    reductions: list[Term] = field(default_factory=list)
-    signature: tuple[int, int, int] | None = None  # (elements read, written, reduced per output) of its reductions
-    needed: bool = False  # something outside the group reads it, or it writes a cat slot / output
-    epilogue: bool = False  # a member reads a reduction of the same group
-    shared: bool = False  # it reads something every slice of it reads too (a gather, a broadcast)
-    objects: int = 1  # CPU loop nests when it has no reduction and is needed (an unrolled softmax: 2)
-    stored: bool = False  # it writes an intermediate even when every reader recomputes it
-
-
-class _UnionFind:
-    def __init__(self) -> None:
-        self.parent: list[int] = []
-        self.groups: list[_Group] = []
-
-    def new(self, group: _Group) -> int:
-        self.parent.append(len(self.parent))
-        self.groups.append(group)
-        return len(self.parent) - 1
-
-    def find(self, i: int) -> int:
-        while self.parent[i] != i:
-            self.parent[i] = self.parent[self.parent[i]]
-            i = self.parent[i]
-        return i
-
-    def union(self, a: int, b: int) -> bool:
-        """Merge two groups unless they hold reductions over different ranges."""
-        a, b = self.find(a), self.find(b)
-        if a == b:
-            return True
-        ga, gb = self.groups[a], self.groups[b]
-        if ga.signature is not None and gb.signature is not None and ga.signature != gb.signature:
-            return False
-        self.parent[b] = a
-        ga.reductions += gb.reductions
-        ga.signature = ga.signature or gb.signature
-        ga.needed |= gb.needed
-        ga.epilogue |= gb.epilogue
-        ga.shared |= gb.shared
-        ga.objects = max(ga.objects, gb.objects)
-        ga.stored |= gb.stored
-        if gb.kind == "reduction" or (gb.kind == "pointwise" and ga.kind == "copy"):
-            ga.kind = gb.kind
-        return True
-
 
 def _numel(fact: Fact | None) -> int | None:
     if fact is None or any(s is None for s in fact[0]):
@@ -213,7 +129,7 @@ class Simulation:
     def __init__(self, registry: Registry, weights: dict[str, float], device: str, facts: Facts) -> None:
         self.registry, self.weights, self.device = registry, weights, device
         self.facts = dict(facts)  # (with the facts it derives)
-        self.uf = _UnionFind()
+        self.uf = UnionFind()
         self.kind: dict[Term, str] = {}
         self.src: dict[Term, Term] = {}  # a view -> the term it views
         self.depth: dict[Term, int] = {}
@@ -315,7 +231,7 @@ class Simulation:
             self.uf.groups[self.uf.find(self.group[s])].needed = True
 
     def new_group(self, term: Term, kind: str, depth: int) -> int:
-        g = self.uf.new(_Group(kind))
+        g = self.uf.new(Group(kind))
         self.group[term] = g
         self.depth[term] = depth
         return g

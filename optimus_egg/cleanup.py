@@ -19,7 +19,7 @@ from optimus_egg import calls, effects, fake_values, ir, optable
 from optimus_egg.aten import ATEN_CALLS, aten_stack, is_aten
 from optimus_egg.effects import storage_key
 from optimus_egg.emit import Emitter
-from optimus_egg.extract.fusion import MAX_SCATTERED
+from optimus_egg.extract.kernels import MAX_SCATTERED
 from optimus_egg.frontend import mutated_storages
 from optimus_egg.nodes import static_int, val
 from optimus_egg.outputs import keep_aliasing
@@ -313,7 +313,7 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
     or with none, and the layers' kernels stop repeating (each a C++ build of its own). One
     kernel, which Inductor computes where the matmul reads it, changes only that kernel; each
     element of it tests which slot it is in, one compare per input (hence
-    :data:`~optimus_egg.extract.fusion.MAX_SCATTERED`). Returns the stacks replaced (erased), each by its
+    :data:`~optimus_egg.extract.kernels.MAX_SCATTERED`). Returns the stacks replaced (erased), each by its
     last scatter."""
     aten = torch.ops.aten
     replaced: dict[fx.Node, fx.Node] = {}
