@@ -60,7 +60,7 @@ from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_REDUCTION_OBJ
                                          UnionFind)
 from optimus_egg.ir import Term
 from optimus_egg.optable import (BATCHED_MATMULS, EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS,
-                                 keeps_last_dim)
+                                 keeps_last_dim, unit_reshape)
 
 def _numel(fact: Fact | None) -> int | None:
     if fact is None or any(s is None for s in fact[0]):
@@ -279,24 +279,28 @@ class Simulation:
         """Is ``move`` read by batched matmuls alone (directly or through reshapes of size-1
         dims), its last dim left in place? The backend hands them the ``movedim`` view
         (:func:`optimus_egg.cleanup.moves_read_in_place`)."""
-        def batched(reader: Term | None) -> bool:
-            if reader is None:
-                return False  # an output: a fresh tensor
-            if reader in self.move_readers:
-                return all(batched(r) for r in self.move_readers[reader])
-            return (reader.op in ("Unary", "Binary", "Op")
-                    and self.registry.calls[reader.args[0]].name in BATCHED_MATMULS)
-
         fact = self.fact(move.args[0])
-        return (fact is not None and keeps_last_dim(len(fact[0]), *move.args[1:]) and bool(self.move_readers[move])
-                and all(batched(r) for r in self.move_readers[move]))
+        return fact is not None and keeps_last_dim(len(fact[0]), *move.args[1:]) and self._batched_read(move)
+
+    def _batched_read(self, term: Term) -> bool:
+        """Is ``term`` read by batched matmuls alone, directly or through reshapes of size-1 dims
+        (never an output, ``None``: a fresh tensor)?"""
+        def reader(r: Term | None) -> bool:
+            if r is None:
+                return False
+            if r in self.move_readers:
+                return self._batched_read(r)
+            return r.op in ("Unary", "Binary", "Op") and self.registry.calls[r.args[0]].name in BATCHED_MATMULS
+
+        readers = self.move_readers[term]
+        return bool(readers) and all(reader(r) for r in readers)
 
     def _unit_reshape(self, view: Term) -> bool:
         """Does ``view`` only add or drop dims of size 1 (a view of any strided tensor)?"""
         fact, inner = self.fact(view), self.fact(tensor_args(view)[0])
         if view.op not in _RESHAPES or fact is None or inner is None:
             return False
-        return [n for n in fact[0] if n != 1] == [n for n in inner[0] if n != 1]
+        return unit_reshape(fact[0], inner[0])
 
     def stored_for_reuse(self, term: Term) -> bool:
         """CPU: Inductor stores a pointwise result that several ops read when its expression calls

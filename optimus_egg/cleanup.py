@@ -200,8 +200,7 @@ def _batched_matmuls_read(node: fx.Node, keep: set[fx.Node]) -> bool:
             return True
         shapes = [val(user), val(node)]
         return (user.target in _UNIT_RESHAPES and all(isinstance(v, torch.Tensor) for v in shapes)
-                and len({tuple(n for n in v.shape if n != 1) for v in shapes}) == 1
-                and _batched_matmuls_read(user, keep))
+                and optable.unit_reshape(shapes[0].shape, shapes[1].shape) and _batched_matmuls_read(user, keep))
 
     return node not in keep and bool(node.users) and all(reader(u) for u in node.users)
 

@@ -34,7 +34,6 @@ import torch.fx as fx
 from optimus_egg import rewrites
 from optimus_egg.calls import Call, Registry, Slot
 from optimus_egg.counting import eager_launches
-from optimus_egg.outputs import visible_strides
 from optimus_egg.discover_programs import Groups, Prog, Shape, copied, enumerate_programs, function, source
 from optimus_egg.egraph import Budget, EGraph, rows
 from optimus_egg.extract.cost import KernelCost
@@ -43,6 +42,7 @@ from optimus_egg.extract.inductor import InductorCost
 from optimus_egg.extract.select import term_facts
 from optimus_egg.frontend import translate
 from optimus_egg.ir import Term
+from optimus_egg.outputs import visible_strides
 
 
 @dataclass

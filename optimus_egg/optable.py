@@ -18,10 +18,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["BATCHED_MATMULS", "CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS", "INDIRECT",
-           "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
+__all__ = ["BATCHED_MATMULS", "CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS",
+           "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
            "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
-           "OpDef", "functional_name", "keeps_last_dim", "lookup"]
+           "OpDef", "functional_name", "keeps_last_dim", "lookup", "unit_reshape"]
 
 
 class Kind(enum.Enum):
@@ -110,6 +110,12 @@ def keeps_last_dim(rank: int, source: int, destination: int) -> bool:
     """Does ``movedim(x, source, destination)`` of a rank-``rank`` tensor leave its last dim last
     (rows keep their unit stride, which a batched matmul needs to read them in place)?"""
     return rank - 1 not in (source % rank, destination % rank)
+
+
+def unit_reshape(before: Sequence[Any], after: Sequence[Any]) -> bool:
+    """Do two shapes differ only in dims of size 1 (a reshape between them is a view of any
+    strided tensor)?"""
+    return [n for n in before if n != 1] == [n for n in after if n != 1]
 
 
 #: Ops a library computes whole, each one extern call for Inductor: the matmuls, and the other

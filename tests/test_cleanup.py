@@ -12,7 +12,7 @@ import torch
 from optimus_egg import optimize
 from tests.fuzz.check import check_program
 from tests.fuzz.programs import Program
-from tests.helpers import Fn, calls_to
+from tests.helpers import Fn, calls_to, check_training
 
 
 def _rewritten(fn, x):
@@ -328,16 +328,12 @@ class _WindowExperts(torch.nn.Module):
 
 
 def test_windows_a_batched_matmul_reads_are_read_in_place():
-    from tests.helpers import check_training
-
     gm = check_training(_WindowExperts(), torch.randn(7, 8))
     assert calls_to(gm, torch.movedim) == 1 and calls_to(gm, torch.Tensor.contiguous) == 0
     assert calls_to(gm, torch.stack) == 0
 
 
 def test_a_moved_copy_is_kept_when_the_last_dim_moves_or_something_else_reads_it():
-    from tests.helpers import check_training
-
     gm = check_training(_WindowExperts(moved=True), torch.randn(28, 8))
     bmm = next(n for n in gm.graph.nodes if n.target is torch.bmm)
     assert bmm.args[0].target is not torch.movedim  # a copy in order (a stack or a Move), not the view
