@@ -158,6 +158,8 @@ def doubled_sums(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
             continue
         with graph.inserting_before(n):
             new = graph.call_function(torch.mul, (n.args[0], 2))
+        if "val" in n.meta:  # the same value: a later lowering reads its rank off it
+            new.meta["val"] = n.meta["val"]
         n.replace_all_uses_with(new)
         graph.erase_node(n)
         replaced[n] = new
@@ -257,6 +259,8 @@ def to_aten(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
             continue
         with graph.inserting_before(n):
             new = lower(graph, n)
+        if "val" in n.meta:  # the same value: a later lowering reads its rank off it
+            new.meta["val"] = n.meta["val"]
         n.replace_all_uses_with(new)
         graph.erase_node(n)
         replaced[n] = new

@@ -361,3 +361,26 @@ def test_a_moved_copy_that_is_an_output_is_kept_though_only_a_batched_matmul_rea
     for g, e in zip(got, want, strict=True):
         torch.testing.assert_close(g, e)
     assert got[1].is_contiguous() and got[1].untyped_storage().data_ptr() != x.untyped_storage().data_ptr()
+
+
+def test_a_lowered_view_keeps_its_value_for_the_lowerings_after_it():
+    """``to_aten`` lowers calls in order; a movedim of an unflatten reads its input's rank off
+    the reshape the unflatten became (a backward's batched layer norms made this graph)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from optimus_egg.cleanup import to_aten
+
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    unflat = graph.call_function(torch.unflatten, (x, 1, (2, 3)))
+    moved = graph.call_function(torch.movedim, (unflat, 1, 0))
+    graph.output(moved)
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.empty(4, 6))
+        for node, value in ((x, fake), (unflat, fake.unflatten(1, (2, 3)))):
+            node.meta["val"] = value
+        moved.meta["val"] = unflat.meta["val"].movedim(1, 0)
+    to_aten(graph)
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    t = torch.randn(4, 6)
+    torch.testing.assert_close(gm(t), t.unflatten(1, (2, 3)).movedim(1, 0))
