@@ -155,6 +155,13 @@ RULES = [
            ("(slice-run t k x d s (+ a b) n)",)),
     Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
            covers="split_cat_pass"),
+    # A slice across two pieces of anything is the cat of its two parts: the end of the piece it
+    # begins in and the start v of the next, itself a part of that piece (slice-in, so an inner
+    # cat is walked). The cat of two parts reads neither the rest of the cat nor of its pieces.
+    Derive("slice-across-pieces", ("(slice-in t l a d u n)", "(= m (size a d))", "(> (+ u n) m)", "(cell l a r d)",
+                                   "(cell r b q d)", "(= k (size b d))", "(<= (- n (- m u)) k)"),
+           ("(let v (Sl b d 0 (- n (- m u))))", "(union t (Cat (Cons (Sl a d u (- m u)) (Cons v (Nil) d) d)))",
+            "(slice-in v r b d 0 (- n (- m u)))"), stage="expand"),
     # Any other part of a piece (an input, a relu, an inner cat, a call) is that slice of it.
     Derive("slice-in-part", ("(slice-in t l a d s n)", "(= m (size a d))", "(<= (+ s n) m)"),
            ("(union t (Sl a d s n))",), covers="split_cat_pass"),
