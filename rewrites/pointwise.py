@@ -16,8 +16,6 @@ DECLARATIONS = """
 (function unary-list (TList String) TList :merge old)
 (datatype Operands (Pair TList TList))
 (function binary-list (TList String) Operands :merge old)
-(relation zip-wanted (TList TList String String))
-(function zip (TList TList String) TList :merge old)
 """
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
@@ -25,7 +23,6 @@ DECLARATIONS = """
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 #: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
-NOT_DRAWN = f'(= 0 (count-matches f "{DRAWS}"))'
 #: The key of a binary call whose operands may swap (``optimus_egg.calls.COMMUTES``).
 SWAPS = f'(= 1 (count-matches f "{COMMUTES}"))'
 RULES = [
@@ -54,20 +51,6 @@ RULES = [
            ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
          covers="batch_aten_add/sub/mul/div"),
-    # The other way: f(cat(m), cat(n)) is the cat of f of their pieces, where the pieces pair up
-    # (equal sizes along the dim) in one dtype. zip m n f, f of each pair of pieces, is derived
-    # cell by cell in the analysis stage (as binary-list is), for the ops of cats there are; so
-    # cat([x, y]) * cat([y, x]) is cat([x * y, y * x]), one mul glued twice (binary-commutes).
-    Derive("zip-wanted", ("(= t (Binary f (Cat m) (Cat n)))", "(= m (Cons a r d))", "(= n (Cons b s d))",
-                          "(= k (dtype t))", NOT_DRAWN), ("(zip-wanted m n f k)",), stage="analysis"),
-    Derive("zip-wanted-tail", ("(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
-                               "(= w (size a d))", "(= w (size b d))"), ("(zip-wanted r s f k)",), stage="analysis"),
-    Derive("zip-nil", ("(zip-wanted m n f k)", "(= m (Nil))", "(= n (Nil))"), ("(set (zip m n f) (Nil))",),
-           stage="analysis"),
-    Derive("zip-cons", ("(= o (zip r s f))", "(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
-                        "(= w (size a d))", "(= w (size b d))", "(= k (dtype a))", "(= k (dtype b))"),
-           ("(set (zip m n f) (Cons (Binary f a b) o d))",), stage="analysis"),
-    Rule("binary-into-cat", "(Binary f (Cat m) (Cat n))", "(Cat o)", ("(= o (zip m n f))",)),
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),

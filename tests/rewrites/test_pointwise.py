@@ -224,23 +224,3 @@ def test_operands_of_a_subtraction_or_an_add_with_alpha_never_swap():
                                                                                  torch.add(y, x, alpha=2)], 0)):
         report, gm = check(fn, x, y)
         assert "binary-commutes" not in report.rules_fired and launches(gm, x, y) == launches(fn, x, y)
-
-
-@pytest.mark.parametrize("glue", [torch.cat, torch.stack])
-def test_an_op_of_two_cats_of_paired_pieces_is_the_cat_of_the_op_of_each_pair(glue):
-    """Found by ``optimus-egg discover``: cat([x, y]) * cat([y, x]) is cat([x * y, y * x]),
-    and so one mul glued twice."""
-    x, y = torch.randn(4, 6), torch.randn(4, 6)
-    for fn in (lambda x, y: glue([x, y], 0) * glue([y, x], 0), lambda x, y: glue([x, y], 1) + glue([y, x], 1)):
-        report, gm = check(fn, x, y)
-        assert report.rules_fired["binary-into-cat"] > 0 and launches(gm, x, y) == 2 < launches(fn, x, y), gm.code
-
-
-def test_an_op_of_two_cats_of_unpaired_or_promoted_pieces_keeps_the_cats():
-    """Pieces of other sizes do not pair up; a cat that promotes an integer piece to float is
-    not the cat of the op on the integer piece."""
-    x, y, n = torch.randn(4, 6), torch.randn(2, 6), torch.randint(0, 5, (4, 6))
-    for fn, args in ((lambda x, y: torch.cat([x, y], 0) * torch.cat([y, x], 0), (x, y)),
-                     (lambda x, n: torch.cat([x, n], 0) * torch.cat([n, x], 0), (x, n))):
-        report, gm = check(fn, *args)
-        assert "binary-into-cat" not in report.rules_fired and launches(gm, *args) == launches(fn, *args)
