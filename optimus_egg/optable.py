@@ -133,8 +133,6 @@ DROPOUTS = {"dropout": True, "dropout1d": True, "dropout2d": True, "dropout3d": 
 #: integers, an error (division by zero).
 SINGULAR = frozenset({"div", "pow", "floordiv", "fmod", "remainder", "atan2", "hypot", "exp", "exp2", "expm1",
                       "log", "log1p", "log2", "log10", "sqrt", "rsqrt", "reciprocal", "tan", "logit"})
-#: Elementwise binary ops whose operands may swap (called as ``f(a, b)``, no other argument).
-COMMUTATIVE = frozenset({"add", "mul"})
 #: ATen ops that update a batch norm's running statistics while their schemas declare no write
 #: (``native_batch_norm`` is what ``make_fx`` records for ``F.batch_norm`` in training).
 UNDECLARED_WRITES = frozenset({"native_batch_norm", "batch_norm_update_stats", "_batch_norm_impl_index",

@@ -5,7 +5,7 @@ tensor), the slices merge. Pulling an op out of a cat needs every piece to keep 
 that the cat of the operands concatenates the same values (no promotion).
 """
 
-from optimus_egg.calls import COMMUTES, DRAWS, EXACT
+from optimus_egg.calls import DRAWS, EXACT
 from optimus_egg.rewrites import Derive, Rule
 
 #: unary-list l f: the operands m of a list l that is f applied to each piece of m; binary-list
@@ -23,8 +23,6 @@ DECLARATIONS = """
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 #: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
-#: The key of a binary call whose operands may swap (``optimus_egg.calls.COMMUTES``).
-SWAPS = f'(= 1 (count-matches f "{COMMUTES}"))'
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
@@ -68,6 +66,4 @@ RULES = [
     # rules above).
     Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
          (DRAWN,), stage="expand", covers="batch_dropout"),
-    # a * b = b * a: binary-out-of-cat then finds cat([x, y]) * cat([y, x]) is cat([x * y, x * y]).
-    Rule("binary-commutes", "(Binary f x y)", "(Binary f y x)", (SWAPS,)),
 ]

@@ -25,11 +25,11 @@ def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]])
     """run-start r: r is a cell of a list as written whose head is a piece (a slice, squeezed or
     unsqueezed: the rules make each a slice along the list's dim), and the piece before it is
     not the one just before it. cell l a r d: l, a list along d as written, is a then r.
-    slice-at t l s: t, a slice (n > 0) of a cat as written, or of slices of one along the same
-    dim, begins s into the cat's list l. piece-of p x c s k: p is the slice x[s:s+k] along c the
-    program takes (k > 0); row-of r x c i: r is row i of x along c as the program takes it (a
-    squeezed slice of 1), x's size along c static and above 1; written-piece p: p is a slice or
-    a squeezed slice the program takes."""
+    slice-at t l s: t, a slice (n > 0) of a cat as written, or of
+    slices of one along the same dim, begins s into the cat's list l. piece-of p x c s k: p is the slice x[s:s+k] along c the program
+    takes (k > 0); row-of r x c i: r is row i of x along c as the program takes it (a squeezed
+    slice of 1), x's size along c static and above 1; written-piece p: p is a slice or a
+    squeezed slice the program takes."""
     joined: dict[Term, bool] = {}
     for t in terms:
         if t.op == "Cons" and t.args[1].op == "Cons" and (b := _piece(t.args[1].args[0])) is not None:
@@ -74,8 +74,7 @@ def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int 
 
 
 WRITTEN = Written({"run-start": ("TList",), "cell": ("TList", "T", "TList", "i64"),
-                   "slice-at": ("T", "TList", "i64"), "piece-of": ("T", "T", "i64", "i64", "i64"),
-                   "row-of": ("T", "T", "i64", "i64"),
+                   "slice-at": ("T", "TList", "i64"), "piece-of": ("T", "T", "i64", "i64", "i64"), "row-of": ("T", "T", "i64", "i64"),
                    "written-piece": ("T",)}, _written)
 
 RULES = [

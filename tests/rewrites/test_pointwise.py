@@ -206,21 +206,3 @@ def test_a_list_class_that_holds_a_cons_of_itself_saturates():
     done = subprocess.run([sys.executable, "-c", _CYCLIC_LIST], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[-1] == "saturated"
-
-
-@pytest.mark.parametrize("glue", [torch.cat, torch.stack])
-def test_a_commutative_op_of_swapped_operands_is_computed_once(glue):
-    """Found by ``optimus-egg discover`` (cat([x, y]) * cat([y, x]) is cat([x * y, y * x])):
-    y * x is x * y, so cat([x * y, y * x]) is one mul glued twice."""
-    x, y = torch.randn(4, 6), torch.randn(4, 6)
-    for fn in (lambda x, y: glue([x * y, y * x], 0), lambda x, y: glue([x + y, y + x], 0)):
-        report, gm = check(fn, x, y)
-        assert report.rules_fired["binary-commutes"] > 0 and launches(gm, x, y) == 2 < launches(fn, x, y), gm.code
-
-
-def test_operands_of_a_subtraction_or_an_add_with_alpha_never_swap():
-    x, y = torch.randn(4, 6), torch.randn(4, 6)
-    for fn in (lambda x, y: torch.cat([x - y, y - x], 0), lambda x, y: torch.cat([torch.add(x, y, alpha=2),
-                                                                                 torch.add(y, x, alpha=2)], 0)):
-        report, gm = check(fn, x, y)
-        assert "binary-commutes" not in report.rules_fired and launches(gm, x, y) == launches(fn, x, y)
