@@ -17,38 +17,41 @@ DECLARATIONS = """
 (relation prefix (TList TList T i64 i64 i64))
 (relation slice-run (T TList T i64 i64 i64 i64))
 (relation row-wanted (T))
+(relation slice-in (T TList T i64 i64 i64))
 """
 
 
 def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]]) -> WrittenRows:
     """run-start r: r is a cell of a list as written whose head is a piece (a slice, squeezed or
     unsqueezed: the rules make each a slice along the list's dim), and the piece before it is
-    not the one just before it. slice-in t l a d s n: t, a slice of a cat as written, n wide,
-    begins s into a, the head of the cat's list cell l (s < a's width). piece-of p x c s k: p is
-    the slice x[s:s+k] along c the program takes (k > 0); row-of r x c i: r is row i of x along
-    c as the program takes it (a squeezed slice of 1), x's size along c static and above 1;
-    written-piece p: p is a slice or a squeezed slice the program takes."""
-    slice_in: list[tuple[Term, Term, Term, int, int, int]] = []
+    not the one just before it. cell l a r d: l, a list along d as written, is a then r.
+    slice-at t l s: t, a slice (n > 0) of a cat as written, or of
+    slices of one along the same dim, begins s into the cat's list l. piece-of p x c s k: p is the slice x[s:s+k] along c the program
+    takes (k > 0); row-of r x c i: r is row i of x along c as the program takes it (a squeezed
+    slice of 1), x's size along c static and above 1; written-piece p: p is a slice or a
+    squeezed slice the program takes."""
     joined: dict[Term, bool] = {}
     for t in terms:
         if t.op == "Cons" and t.args[1].op == "Cons" and (b := _piece(t.args[1].args[0])) is not None:
             a, r = _piece(t.args[0]), t.args[1]
             joined[r] = joined.get(r, False) or (a is not None and a[0] == b[0] and a[1][:2] == b[1][:2]
                                                  and a[1][2] + a[1][3] == b[1][2])
-        elif t.op == "Sl" and t.args[0].op == "Cat" and t.args[3] > 0:
-            _, d, s, n = t.args
-            cell = t.args[0].args[0]
-            while cell.op == "Cons" and cell.args[2] == d and (w := _width(cell.args[0], d, shapes)) is not None:
-                if s < w:
-                    slice_in.append((t, cell, cell.args[0], d, s, n))
-                    break
-                s, cell = s - w, cell.args[1]
+    cells = [(t, *t.args) for t in terms if t.op == "Cons" and t.args[2] >= 0]
+    slice_at = []
+    for t in terms:
+        if t.op == "Sl" and t.args[3] > 0:
+            x, d, s = t.args[:3]
+            while x.op == "Sl" and x.args[1] == d:
+                x, s = x.args[0], s + x.args[2]
+            if x.op == "Cat" and x.args[0].op == "Cons" and x.args[0].args[2] == d:
+                slice_at.append((t, x.args[0], s))
     written = [(t,) for t in terms if t.op == "Sl" or t.op == "Squeeze" and t.args[0].op == "Sl"]
     pieces = [(t, *t.args) for t in terms if t.op == "Sl" and t.args[3] > 0]
     rows = [(t, *t.args[0].args[:3]) for t in terms if t.op == "Squeeze" and t.args[0].op == "Sl"
             and t.args[0].args[1] == t.args[1] and t.args[0].args[3] == 1
             and (_width(t.args[0].args[0], t.args[1], shapes) or 0) > 1]
-    return {"run-start": [(r,) for r, j in joined.items() if not j], "slice-in": slice_in, "piece-of": pieces,
+    return {"run-start": [(r,) for r, j in joined.items() if not j], "cell": cells, "slice-at": slice_at,
+            "piece-of": pieces,
             "row-of": rows, "written-piece": written}
 
 
@@ -63,15 +66,15 @@ def _piece(t: Term) -> tuple[tuple[tuple[str, int], ...], tuple] | None:
 
 
 def _width(a: Term, d: int, shapes: Mapping[Term, Sequence[int | None]]) -> int | None:
-    """A list head's static size along the list's dim: its own fact, or a stack's unsqueeze."""
+    """A term's static size along d: its own fact, or 1 for an unsqueeze at d."""
     shape = shapes.get(a)
     if shape is not None:
         return shape[d] if d < len(shape) else None
     return 1 if a.op == "Unsqueeze" and a.args[1] == d else None
 
 
-WRITTEN = Written({"run-start": ("TList",), "slice-in": ("T", "TList", "T", "i64", "i64", "i64"),
-                   "piece-of": ("T", "T", "i64", "i64", "i64"), "row-of": ("T", "T", "i64", "i64"),
+WRITTEN = Written({"run-start": ("TList",), "cell": ("TList", "T", "TList", "i64"),
+                   "slice-at": ("T", "TList", "i64"), "piece-of": ("T", "T", "i64", "i64", "i64"), "row-of": ("T", "T", "i64", "i64"),
                    "written-piece": ("T",)}, _written)
 
 RULES = [
@@ -113,12 +116,30 @@ RULES = [
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),
-    # A slice of a cat the program wrote is a piece, or part of one: slice-in (WRITTEN) names the
-    # piece it begins in, found by walking the list as written in Python (in egglog, that walk
-    # would take one cell or one doubling span per round).
+    # A slice of a cat is a piece, or part of one: slice-in t l a d s n says that t, n wide,
+    # begins s into a, the head of the list cell l (s < a's width). slice-at t l s: t begins s
+    # into the list l, for the slices of cats the program takes (WRITTEN), the slices of an
+    # inner cat they fall in, and the slices of a cat that an op moved into; the walk down the
+    # list is an analysis fact (no rounds, however long the list). Not every slice of every
+    # class that holds a cat: cat(split(x)) = x would have every slice of x walk every list of x.
     # Empty slices have no slice-in: at the border of two pieces one is an empty slice of each,
     # so relu(a)[1:1] = b[0:0] = (relu(b)[0:0] after relu moves out) makes relu(e) = e, and
     # unary-out-of-slice would then build relu(relu(...)) without end.
+    # The walk reads the lists' cells as written (cell: WRITTEN), not every list of their
+    # classes: merged runs give a cell a head per run length, and every slice would find its
+    # piece in each; a cat inside a cat is walked on its own (slice-in-inner-cat).
+    Derive("slice-past-piece", ("(slice-at t l s)", "(cell l a r d)", "(= w (size a d))", "(>= s w)"),
+           ("(slice-at t r (- s w))",), stage="analysis"),
+    Derive("slice-begins-in", ("(slice-at t l s)", "(cell l a r d)", "(= w (size a d))", "(< s w)",
+                               "(= t (Sl c d u n))", "(> n 0)"),
+           ("(slice-in t l a d s n)",), stage="analysis"),
+    Derive("slice-in-inner-cat", ("(slice-in t l a d s n)", "(= a (Cat m))", "(cell m h r d)"),
+           ("(slice-at t m s)",), stage="analysis"),
+    # A slice of an elementwise op of a cat is the op of that slice of the cat, whose piece the
+    # walk then finds: relu(cat([x, y]))[6:8] → relu(y[2:4]) where x is 4 wide.
+    Derive("slice-of-unary-of-cat", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Unary f c))", "(= c (Cat l))",
+                                     "(cell l a r d)"),
+           ("(let v (Sl c d s n))", "(union t (Unary f v))", "(slice-at v l s)"), stage="expand"),
     Derive("slice-in-piece", ("(slice-in t l a d 0 n)", "(= n (size a d))"), ("(union t a)",),
            covers="split_cat_pass"),
     Derive("slice-in-sliced-piece", ("(slice-in t l a d s n)", "(= a (Sl x d u w))", "(<= (+ s n) w)"),
@@ -133,6 +154,13 @@ RULES = [
            ("(slice-run t k x d s (+ a b) n)",)),
     Derive("slice-run-covers", ("(slice-run t m x d s a n)", "(>= a n)"), ("(union t (Sl x d s n))",),
            covers="split_cat_pass"),
+    # A slice across two pieces of anything is the cat of its two parts: the end of the piece it
+    # begins in and the start v of the next, itself a part of that piece (slice-in, so an inner
+    # cat is walked). The cat of two parts reads neither the rest of the cat nor of its pieces.
+    Derive("slice-across-pieces", ("(slice-in t l a d u n)", "(= m (size a d))", "(> (+ u n) m)", "(cell l a r d)",
+                                   "(cell r b q d)", "(= k (size b d))", "(<= (- n (- m u)) k)"),
+           ("(let v (Sl b d 0 (- n (- m u))))", "(union t (Cat (Cons (Sl a d u (- m u)) (Cons v (Nil) d) d)))",
+            "(slice-in v r b d 0 (- n (- m u)))"), stage="expand"),
     # Any other part of a piece (an input, a relu, an inner cat, a call) is that slice of it.
     Derive("slice-in-part", ("(slice-in t l a d s n)", "(= m (size a d))", "(<= (+ s n) m)"),
            ("(union t (Sl a d s n))",), covers="split_cat_pass"),
