@@ -106,6 +106,14 @@ def op_named(var: str, name: str) -> str:
                          + (f"; did you mean {', '.join(near)}?" if near else ""))
     return f'(= 1 (count-matches (+ "#" {var}) "#{name}#"))'
 
+def args(*items: str) -> str:
+    """An ``Op`` argument list."""
+    out = "(Nil)"
+    for item in reversed(items):
+        out = f"(Cons {item} {out} -1)"
+    return out
+
+
 #: Family name → module that defines ``RULES`` (and optionally ``DECLARATIONS``, ``WRITTEN``).
 _MODULES = {
     "analysis": "optimus_egg.rewrites.analysis",

@@ -31,6 +31,9 @@ output itself, not a copy of each.
   (Optimus' batch_linear_post_grad): a backward's weight gradients, which only the output reads,
   whatever height each is computed at.
 
+Members are 2-D; a linear or layer norm of higher rank joins as the same call on its rows
+(``rows``).
+
 A fused form costs its cats (a stack of the weights every step is a kernel), and the extractor
 keeps it only where that is cheaper than the members' own ops. No member is a tensor the graph
 returns as its own (``output``): a select of the fused result would have to be copied out.
@@ -43,7 +46,7 @@ from typing import Iterable, Mapping, Sequence
 
 from optimus_egg.calls import built
 from optimus_egg.ir import Term
-from optimus_egg.rewrites import Derive, Written, WrittenRows, op_named
+from optimus_egg.rewrites import Derive, Written, WrittenRows, args, op_named, rows
 
 
 class Form(IntEnum):
@@ -111,15 +114,7 @@ DECLARATIONS = """
 ; member on, stacked along dim 1
 (relation group-shares-weights (T))
 (function group-inputs-dim1 (T) TList :merge old)
-"""
-
-
-def args(*items: str) -> str:
-    """An ``Op`` argument list."""
-    out = "(Nil)"
-    for item in reversed(items):
-        out = f"(Cons {item} {out} -1)"
-    return out
+""" + rows.DECLARATIONS
 
 
 def _written(terms: Iterable[Term], shapes: Mapping[Term, Sequence[int | None]]) -> WrittenRows:
@@ -151,6 +146,8 @@ RULES = [
     *(seed(f"call{len(vs)}", (f"(= t (Op k {args(*vs)}))",), (f"(call{len(vs)} t k {' '.join(vs)})",),
            covers="batch_linear/batch_layernorm")
       for vs in (("x",), ("x", "w"), ("x", "w", "b"))),
+    # Calls on inputs of rank 3 or more as calls on 2-D views, which the rules below group.
+    *rows.RULES,
 ]
 
 # Linears on one input x (Optimus' batch_linear_lhs): one linear on the concatenated weights.
