@@ -55,9 +55,9 @@ from torch.utils import _pytree as pytree
 from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
-from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_REDUCTION_OBJECTS, CPU_UNROLLED_OBJECTS,
-                                         CUDA_POINTWISE_CAT, MAX_SCATTERED, UNROLLED_REDUCTION, Group, Prediction,
-                                         UnionFind)
+from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_MOVED_OBJECTS, CPU_REDUCTION_OBJECTS,
+                                         CPU_UNROLLED_OBJECTS, CUDA_POINTWISE_CAT, MAX_SCATTERED, UNROLLED_REDUCTION,
+                                         Group, Prediction, UnionFind)
 from optimus_egg.ir import Term
 from optimus_egg.optable import (BATCHED_MATMULS, EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS,
                                  keeps_last_dim, unit_reshape)
@@ -513,12 +513,12 @@ class Simulation:
             out.kernels += 1
             out.weighted += w[g.kind]
             if self.device == "cpu" and g.reductions:
-                base = max(CPU_REDUCTION_OBJECTS.get(self.registry.calls[t.args[0]].name, 1)
-                           for t in g.reductions)
+                names = [self.registry.calls[t.args[0]].name for t in g.reductions]
+                base = max(CPU_REDUCTION_OBJECTS.get(name, 1) for name in names)
                 if g.epilogue:
                     out.objects += CPU_EPILOGUE_OBJECTS if base == 1 else base
                 else:
-                    out.objects += 1 if r in moved else base
+                    out.objects += max(CPU_MOVED_OBJECTS.get(name, 1) for name in names) if r in moved else base
             else:
                 out.objects += g.objects if self.device == "cpu" and g.needed else 1
         return out

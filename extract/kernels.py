@@ -11,6 +11,9 @@ from optimus_egg.ir import Term
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
                          "layer_norm": 8, "group_norm": 8, "normalize": 3, "cosine_similarity": 4}
+#: ... for one whose pointwise tail a later kernel computes (1 when not listed): a layer norm
+#: keeps its statistics' loops.
+CPU_MOVED_OBJECTS = {"layer_norm": 6}
 #: ... and for a single-loop reduction that gets a pointwise epilogue fused after it.
 CPU_EPILOGUE_OBJECTS = 4
 #: Inductor writes a reduction of fewer elements than this (per output element) as a pointwise

@@ -132,8 +132,16 @@ def test_inductor_model_matches_inductor_on_cat_slots_shared_reads_and_in_place_
              (_gates_after_sigmoid, (torch.randn(8, 48), x), 2), (_gates_before_sigmoid, (torch.randn(8, 48), x), 1),
              (lambda g: _halves(torch.sigmoid(g)), (x,), 3), (lambda g: _halves(torch.relu(g)), (x,), 2),
              # a layer norm over the rows of another's output: two reductions over other ranges
-             (lambda x: F.layer_norm(F.layer_norm(x, (10,), W3[0][0, :10], W3[0][1, :10]), (5, 10)), (torch.randn(4, 5, 10),), 16)]
+             (lambda x: F.layer_norm(F.layer_norm(x, (10,), W3[0][0, :10], W3[0][1, :10]), (5, 10)), (torch.randn(4, 5, 10),), 16),
+             # layer norms of rows whose scale and shift a later kernel applies (batched norms:
+             # the stacked parameters are read there): the statistics keep their loops
+             (_rows_normed_then_scaled, (torch.randn(8, 30),), 13)]
     _assert_predicted(cases)
+
+
+def _rows_normed_then_scaled(x):
+    normed = F.layer_norm(x.unflatten(1, (3, 10)), (10,))
+    return torch.addcmul(torch.stack(list(W3[1][:3, :10])), normed, torch.stack(list(W3[2][:3, :10])))
 
 
 def _halves(s):
