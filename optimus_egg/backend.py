@@ -94,7 +94,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
         return options
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    kept = tuple(n for n in names if n != "horizontal")
+    kept = tuple(n for n in names if n not in rewrites.BATCHING_FAMILIES)
     return dataclasses.replace(options, families=kept) if kept else None
 
 

@@ -28,12 +28,13 @@ class Options:
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
     rewrite_backward: bool | str = "auto"  # the backward too (backend.BackwardPass); auto: batched on a GPU only
     verify: bool = False  # run the rewritten graph against the original on random inputs (optimus_egg.verify)
+    memory_bound: bool = True  # never a higher estimated peak than as written (optimus_egg.memory)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":
         budget_keys = {"max_iterations", "max_enodes", "max_seconds"}
         valid = {"families", "strict", "cost_model", "extractor", "ilp_seconds", "cost_profile", "batch_random",
-                 "rewrite_backward", "verify", *budget_keys}
+                 "rewrite_backward", "verify", "memory_bound", *budget_keys}
         unknown = set(kw) - valid
         if unknown:
             raise TypeError(f"unknown optimus_egg option(s) {sorted(unknown)}; valid: {sorted(valid)}")
@@ -50,7 +51,7 @@ class Options:
         budget = Budget(**{k: _amount(k, kw[k], integer=k != "max_seconds") for k in budget_keys if k in kw})
         flags = {name: kw.get(name, default)
                  for name, default in (("strict", False), ("batch_random", False), ("rewrite_backward", "auto"),
-                                       ("verify", False))}
+                                       ("verify", False), ("memory_bound", True))}
         for name, flag in flags.items():
             allowed = "True, False or 'auto'" if name == "rewrite_backward" else "True or False"
             if not (isinstance(flag, bool) or ("auto" in allowed and flag == "auto")):  # bool("false") is True
@@ -63,7 +64,7 @@ class Options:
             load_profile(profile)  # raises on a missing or malformed profile
         return cls(fams, budget, flags["strict"], cost_model, extractor,
                    float(_amount("ilp_seconds", kw.get("ilp_seconds", 10.0), integer=False)), profile,
-                   flags["batch_random"], flags["rewrite_backward"], flags["verify"])
+                   flags["batch_random"], flags["rewrite_backward"], flags["verify"], flags["memory_bound"])
 
 
 def _amount(name: str, value: Any, integer: bool) -> Any:

@@ -24,7 +24,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, verify
+from optimus_egg import cache, cleanup, draws, effects, fake_values, memory, modes, optable, rewrites, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -233,6 +233,23 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         raise Keep("an input would lose its gradient")
     if cheaper is None and _loose_slices(new_gm) > _loose_slices(gm):
         raise Keep("slices would cost backward kernels")
+    if options.memory_bound and memory.saved_copies(new_gm) > memory.saved_copies(gm):
+        return _without_batching(gm, options, report, disjoint_outputs, "it would save copies for the backward")
+    return new_gm
+
+
+def _without_batching(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs: bool,
+                      reason: str) -> fx.GraphModule:
+    """The graph optimized again without the families that batch (``horizontal``: stacks of
+    weights and inputs, one result for many), or kept as written where none of them ran: the
+    rewrite costs memory (``reason``, :mod:`optimus_egg.memory`)."""
+    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
+    unbatched = tuple(n for n in names if n not in rewrites.BATCHING_FAMILIES)
+    if unbatched == tuple(names) or not unbatched:
+        raise Keep(reason)
+    log_debug(f"optimizing again without batching: {reason}")
+    new_gm = _optimize(gm, replace(options, families=unbatched), report, disjoint_outputs)
+    report.unbatched = reason
     return new_gm
 
 

@@ -123,6 +123,10 @@ _MODULES = {
     "einsum": "optimus_egg.rewrites.einsum",
 }
 DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
+#: The families that batch calls into one (stacks of weights and inputs, one result for many):
+#: fewer kernels for more bytes, dropped where those bytes raise the peak memory or, on CPU, from
+#: a backward.
+BATCHING_FAMILIES = ("horizontal",)
 
 
 def _check_stage(rule: "AnyRule") -> None:

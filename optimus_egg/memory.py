@@ -1,0 +1,95 @@
+"""Memory a rewrite adds to a training step, from fake values: the bound it stays under
+(``memory_bound``).
+
+The cost models count kernels; a rewrite that batches (a stack of weights or inputs, one result
+for many) can cost fewer kernels and more bytes once autograd is involved. A matmul saves its
+operands for the backward, and Inductor's partitioner does not recompute a cat, so a cat or
+stack that a differentiated matmul reads is held from the forward into the backward, where the
+graph as written saves the weights and inputs themselves (free: they are live anyway); and a
+matmul of concatenated weights has the gradient of its whole result built in the backward,
+where the graph as written multiplies each piece's gradient alone. :func:`saved_copies` is the
+bytes of such copies; the pipeline keeps a rewrite only where it does not rise.
+
+In inference no such bound applies: a batched graph's peak depends on the order Inductor's
+scheduler gives its buffers, which a walk of the graph as written does not predict
+(BENCHMARKS.md, "Peak memory at realistic sizes").
+"""
+
+from __future__ import annotations
+
+import operator
+from typing import Any
+
+import torch
+import torch.fx as fx
+from torch.utils import _pytree as pytree
+
+from optimus_egg import optable
+from optimus_egg.effects import StorageKey, storage_key
+from optimus_egg.nodes import static_int, val
+
+
+def saved_copies(gm: fx.GraphModule) -> int:
+    """Bytes of cats and stacks that a matmul whose result requires grad reads (through views):
+    it saves them for the backward. 0 where no input requires grad."""
+    if not any(t.requires_grad for t in _inputs(gm)):
+        return 0
+    total = 0
+    for node in gm.graph.nodes:
+        entry = optable.lookup(node)
+        value = val(node)
+        if entry is None or entry.name not in optable.CATS or not isinstance(value, torch.Tensor):
+            continue
+        if any(_contraction(r) and _needs_grad(r) for r in _readers(node, storage_key(value))):
+            total += _bytes(value)
+    return total
+
+
+def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:
+    """The calls that read ``node``'s value, through views of it (calls sharing its storage)."""
+    out: list[fx.Node] = []
+    stack, seen = list(node.users), set()
+    while stack:
+        user = stack.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if key is not None and key in _keys(user):
+            stack.extend(user.users)
+        else:
+            out.append(user)
+    return out
+
+
+def _contraction(node: fx.Node) -> bool:
+    entry = optable.lookup(node)
+    return entry is not None and entry.name in optable.CONTRACTIONS
+
+
+def _bytes(t: torch.Tensor) -> int:
+    """A tensor's storage bytes; under symbolic sizes, at the sizes traced (1 where unknown: a
+    copy still counts)."""
+    size = t.untyped_storage().nbytes()
+    known = static_int(size)
+    if known is None and isinstance(size, torch.SymInt):
+        known = size.node.hint
+    return known if known is not None else 1
+
+
+def _needs_grad(node: fx.Node) -> bool:
+    return any(t.requires_grad for t in _tensors(val(node)))
+
+
+def _inputs(gm: fx.GraphModule) -> list[torch.Tensor]:
+    return [t for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")
+            for t in _tensors(operator.attrgetter(n.target)(gm) if n.op == "get_attr" else val(n))]
+
+
+def _keys(node: fx.Node) -> list[StorageKey]:
+    return [k for t in _tensors(val(node)) if (k := storage_key(t)) is not None]
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
