@@ -74,6 +74,9 @@ _BINARY = {"add": [operator.add, "__add__", "__radd__"], "sub": [operator.sub, "
            "floordiv": [operator.floordiv, "floor_divide"], "pow": [operator.pow, "__pow__"],
            "maximum": [], "minimum": [], "atan2": [], "hypot": [], "fmod": [], "remainder": []}
 
+#: Python operators that spell a kernel op (``x @ w``; its reflected form swaps the operands).
+_OPERATORS = {"matmul": [operator.matmul, "__matmul__"]}
+
 OPS: list[OpDef] = [
     *_ops(Kind.POINTWISE, {n: _fn(n) for n in _UNARY}),
     *_ops(Kind.POINTWISE, {n: [*extra, *_fn(n)] for n, extra in _BINARY.items()}),
@@ -85,7 +88,7 @@ OPS: list[OpDef] = [
     *_ops(Kind.MAYBE_VIEW, {n: _fn(n) for n in [
         "reshape", "flatten", "contiguous", "to", "type", "float", "half", "double", "bfloat16",
         "int", "long", "bool", "type_as"]}),
-    *_ops(Kind.KERNEL, {n: _fn(n) for n in [
+    *_ops(Kind.KERNEL, {n: [*_OPERATORS.get(n, []), *_fn(n)] for n in [
         "linear", "addmm", "mm", "bmm", "baddbmm", "matmul", "einsum", "layer_norm",
         "group_norm", "batch_norm", "softmax", "log_softmax", "sum", "mean", "amax", "amin",
         "prod", "var", "std", "norm", "embedding", "embedding_bag", "clone", "where",

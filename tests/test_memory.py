@@ -36,7 +36,7 @@ def test_a_differentiated_matmul_of_a_cat_saves_the_cat():
     both = torch.randn(8, 16, requires_grad=True)
     fused = capture(Fn(lambda x, a, b: F.linear(x, torch.cat([a, b])).relu()), (X, w, both))
     assert saved_copies(fused) == 16 * 16 * 4  # the [16, 16] float cat
-    through_view = capture(Fn(lambda x, a, b: torch.matmul(x, torch.cat([a, b]).t())), (X, w, both))
+    through_view = capture(Fn(lambda x, a, b: x @ torch.cat([a, b]).t()), (X, w, both))
     assert saved_copies(through_view) == 16 * 16 * 4
     undifferentiated = capture(Fn(lambda x, a, b: F.linear(x, torch.cat([a, b]))), (X, w.detach(), both.detach()))
     assert saved_copies(undifferentiated) == 0

@@ -12,7 +12,7 @@ from tests.helpers import Fn, check
 
 def _ops_model(x, w, b):
     y = F.linear(x, w, b) + torch.addmm(b, x, w.t()) - torch.mm(x, w) * 0.5
-    z = torch.bmm(y.view(2, 2, 8), y.view(2, 8, 2)).flatten(1)
+    z = torch.bmm(y.view(2, 2, 8), y.view(2, 8, 2)).flatten(1) + (x @ w)[:2, :4] + x.matmul(w)[2:, 4:]
     s = F.layer_norm(y, (8,)).softmax(-1) + y.sum(-1, keepdim=True) / y.mean()
     v = s.reshape(2, 16).permute(1, 0).transpose(0, 1).unsqueeze(0).squeeze(0)
     u = torch.stack([x.select(1, 0), x[:, 1], x.narrow(1, 2, 1).squeeze(1)], -1)
