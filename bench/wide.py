@@ -31,7 +31,10 @@ def main(argv: Sequence[str] | None = None) -> None:
                         "towers; on CPU the default inductor model keeps linears that addmm writes in place)")
     args = parser.parse_args(argv)
     for n in args.towers:
-        print(searched(n, *wide(n, shape=args.shape)(), args.reps, options=replace(STRICT, cost_model=args.cost_model)))
+        # (memory_bound off: the towers' weights require grad, and the bound would keep a
+        # training graph unbatched; this measures the batching search)
+        options = replace(STRICT, cost_model=args.cost_model, memory_bound=False)
+        print(searched(n, *wide(n, shape=args.shape)(), args.reps, options=options))
 
 
 if __name__ == "__main__":
