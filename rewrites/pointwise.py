@@ -3,10 +3,14 @@
 ``cat(relu(x[a]), relu(x[b])) → relu(x)``: relu moves out of the slices (one kernel on the whole
 tensor), the slices merge. Pulling an op out of a cat needs every piece to keep its dtype, so
 that the cat of the operands concatenates the same values (no promotion).
+
+``relu`` of a value that is never negative is that value (``relu(relu(x)) → relu(x)``,
+``relu(x * x) → x * x``): ``nonneg`` marks such values, through views, slices and cats.
 """
 
 from optimus_egg.calls import DRAWS, EXACT
-from optimus_egg.rewrites import Derive, Rule
+from optimus_egg.optable import NONNEGATIVE, REARRANGING
+from optimus_egg.rewrites import Derive, Rule, one_of, op_named
 
 #: unary-list l f: the operands m of a list l that is f applied to each piece of m; binary-list
 #: l f: the pair of operand lists. Functions, one value each (any is right: the lists are equal
@@ -16,6 +20,8 @@ DECLARATIONS = """
 (function unary-list (TList String) TList :merge old)
 (datatype Operands (Pair TList TList))
 (function binary-list (TList String) Operands :merge old)
+(relation nonneg (T))
+(relation nonneg-list (TList))
 """
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
@@ -23,6 +29,40 @@ DECLARATIONS = """
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 #: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+#: A product that underflows to 0 passes no gradient through relu where the product alone passes
+#: 2x: in float32 and float64 only below |x| ~ 1e-23 (1e-162), not in half precision (1e-4).
+WIDE_FLOATS = ("float32", "float64")
+
+
+def _nonneg(name: str, query: tuple[str, ...], dtypes: tuple[str, ...] | None = FLOATING) -> Derive:
+    """nonneg t, where ``query`` binds t (of one of ``dtypes``)."""
+    typed = ("(= k (dtype t))", one_of("k", dtypes)) if dtypes else ()
+    return Derive(name, (*query, *typed), ("(nonneg t)",), stage="analysis")
+
+
+#: nonneg t: every element of t is >= 0 or NaN (-0.0 only where relu keeps it), so relu(t) is t; and
+#: where t is 0 its op's gradient is 0 (or underflowed, WIDE_FLOATS): relu's mask changes no gradient.
+NONNEG = [
+    _nonneg("nonneg-relu", ("(= t (Unary f x))", op_named("f", "relu")), None),  # relu is idempotent
+    _nonneg("nonneg-op", ("(= t (Unary f x))", op_named("f", *sorted(NONNEGATIVE - {"softmax"})))),
+    _nonneg("nonneg-softmax", ("(= t (Op f a))", op_named("f", "softmax"))),
+    _nonneg("nonneg-square", ("(= t (Unary f x))", op_named("f", "square")), WIDE_FLOATS),
+    _nonneg("nonneg-self-product", ("(= t (Binary f x x))", op_named("f", "mul")), WIDE_FLOATS),
+    _nonneg("nonneg-product", ("(nonneg x)", "(nonneg y)", "(= t (Binary f x y))", op_named("f", "mul")),
+            WIDE_FLOATS),
+    # views, slices and cats of such values hold only their elements
+    *(_nonneg(f"nonneg-{view.lower()}", ("(nonneg x)", f"(= t ({view} x {args}))"), None) for view, args in (
+        ("Sl", "d s n"), ("Squeeze", "d"), ("Unsqueeze", "d"), ("Flat", "d"), ("Unflat", "d n"), ("Move", "a b"))),
+    _nonneg("nonneg-rearranged", ("(nonneg x)", "(= t (Op f (Cons x r -1)))", op_named("f", *sorted(REARRANGING)),
+                                  "(= k (dtype x))", "(= k (dtype t))"), None),
+    Derive("nonneg-list-last", ("(nonneg a)", "(= l (Cons a (Nil) d))"), ("(nonneg-list l)",), stage="analysis"),
+    Derive("nonneg-list-cons", ("(nonneg-list r)", "(nonneg a)", "(= l (Cons a r d))"), ("(nonneg-list l)",),
+           stage="analysis"),
+    _nonneg("nonneg-cat", ("(nonneg-list l)", "(= t (Cat l))"), None),
+    Rule("relu-of-nonneg", "(Unary f x)", "x", (op_named("f", "relu"), "(nonneg x)")),
+]
+
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
@@ -66,4 +106,5 @@ RULES = [
     # rules above).
     Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
          (DRAWN,), stage="expand", covers="batch_dropout"),
+    *NONNEG,
 ]

@@ -97,11 +97,12 @@ def _chain(x: torch.Tensor, depth: int) -> torch.Tensor:
 
 def test_stack_of_chains_of_one_op_each_is_the_chain_of_the_stack():
     """The ops move into the stack's unsqueezes as the program is read: moved one round per op,
-    ten ops on each of eight tensors spent the default iteration budget with 25 launches left."""
+    ten ops on each of eight tensors spent the default iteration budget with 25 launches left.
+    Of the ten, the three relus of a sigmoid go too (relu-of-nonneg): 7 ops, then the stack."""
     xs = [torch.randn(4, 6) for _ in range(8)]
     fn = lambda *t: torch.stack([_chain(x, 10) for x in t], 1)  # noqa: E731
     report, gm = check(fn, *xs)
-    assert report.stop_reason == "saturated" and launches(gm, *xs) == 11 < launches(fn, *xs) == 81
+    assert report.stop_reason == "saturated" and launches(gm, *xs) == 8 < launches(fn, *xs) == 81
 
 
 def test_stack_of_chains_of_binary_ops_is_the_chain_of_stacks():
