@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["BATCHED_MATMULS", "CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS",
+__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS",
            "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
            "NO_KERNEL", "NONNEGATIVE", "OPS", "REARRANGING", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS",
            "UNDECLARED_WRITES", "Kind", "OpDef", "functional_name", "keeps_last_dim", "lookup", "unit_reshape"]
@@ -107,6 +107,9 @@ NONNEGATIVE = frozenset({"relu", "sigmoid", "exp", "abs", "softmax"})
 REARRANGING = frozenset({"view", "reshape", "flatten", "unflatten", "permute", "transpose", "swapaxes",
                          "swapdims", "t", "movedim", "moveaxis", "expand", "squeeze", "unsqueeze", "contiguous",
                          "clone", "diagonal"})
+#: Elementwise ops of two tensors whose operands may swap (called as ``f(a, b)``, nothing else),
+#: values and gradients alike.
+COMMUTATIVE = frozenset({"add", "mul"})
 #: Matmuls a library computes whole (Inductor's extern calls): no loop of Inductor's reads their
 #: operands. ``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm`` in ATen.
 MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})

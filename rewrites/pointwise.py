@@ -8,7 +8,7 @@ that the cat of the operands concatenates the same values (no promotion).
 ``relu(x * x) → x * x``): ``nonneg`` marks such values, through views, slices and cats.
 """
 
-from optimus_egg.calls import DRAWS, EXACT
+from optimus_egg.calls import COMMUTES, DRAWS, EXACT
 from optimus_egg.optable import NONNEGATIVE, REARRANGING
 from optimus_egg.rewrites import Derive, Rule, one_of, op_named
 
@@ -20,6 +20,8 @@ DECLARATIONS = """
 (function unary-list (TList String) TList :merge old)
 (datatype Operands (Pair TList TList))
 (function binary-list (TList String) Operands :merge old)
+(relation zip-wanted (TList TList String String))
+(function zip (TList TList String) TList :merge old)
 (relation nonneg (T))
 (relation nonneg-list (TList))
 """
@@ -29,6 +31,9 @@ DECLARATIONS = """
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 #: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
+NOT_DRAWN = f'(= 0 (count-matches f "{DRAWS}"))'
+#: The key of a binary call whose operands may swap (``optimus_egg.calls.COMMUTES``).
+SWAPS = f'(= 1 (count-matches f "{COMMUTES}"))'
 FLOATING = ("float16", "bfloat16", "float32", "float64")
 #: A product that underflows to 0 passes no gradient through relu where the product alone passes
 #: 2x: in float32 and float64 only below |x| ~ 1e-23 (1e-162), not in half precision (1e-4).
@@ -89,6 +94,23 @@ RULES = [
            ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
          covers="batch_aten_add/sub/mul/div"),
+    # The other way: f(cat(m), cat(n)) is the cat of f of their pieces, where the pieces pair up
+    # (equal sizes along the dim) in one dtype. zip m n f, f of each pair of pieces, is derived
+    # cell by cell in the analysis stage (as binary-list is), for the ops of cats there are.
+    Derive("zip-wanted", ("(= t (Binary f (Cat m) (Cat n)))", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                          "(= k (dtype t))", NOT_DRAWN), ("(zip-wanted m n f k)",), stage="analysis"),
+    Derive("zip-wanted-tail", ("(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                               "(= w (size a d))", "(= w (size b d))"), ("(zip-wanted r s f k)",), stage="analysis"),
+    Derive("zip-nil", ("(zip-wanted m n f k)", "(= m (Nil))", "(= n (Nil))"), ("(set (zip m n f) (Nil))",),
+           stage="analysis"),
+    Derive("zip-cons", ("(= o (zip r s f))", "(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                        "(= w (size a d))", "(= w (size b d))", "(= k (dtype a))", "(= k (dtype b))"),
+           ("(set (zip m n f) (Cons (Binary f a b) o d))",), stage="analysis"),
+    Rule("binary-into-cat", "(Binary f (Cat m) (Cat n))", "(Cat o)", ("(= o (zip m n f))",)),
+    # a * b is b * a: where the graph (or a rule) has both, they are one value. Not as a rewrite
+    # that swaps every call, which changed how deepfm's forward breaks a tie, and its backward got
+    # dearer (docs/design.md).
+    Derive("binary-swapped", ("(= t (Binary f x y))", "(= u (Binary f y x))", SWAPS), ("(union t u)",)),
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
