@@ -19,7 +19,7 @@ from torch.utils import _pytree as pytree
 
 from optimus_egg.effects import aliases_input
 from optimus_egg.nodes import bind, is_tensor_node, static_int, val
-from optimus_egg.optable import IDENTITY_VIEWS, SINGULAR, Kind, OpDef, lookup
+from optimus_egg.optable import COMMUTATIVE, IDENTITY_VIEWS, SINGULAR, Kind, OpDef, lookup
 
 
 @dataclass(frozen=True)
@@ -168,7 +168,8 @@ class Registry:
         if shareable and identity in self._by_identity:
             return self._by_identity[identity]
         n = len(self.calls) - len(BUILT)
-        key = f"{call.name}{EXACT if call.exact else ''}{DRAWS if call.draws else ''}#{n}"
+        marks = f"{EXACT if call.exact else ''}{DRAWS if call.draws else ''}"
+        key = f"{call.name}{marks}#{n}{COMMUTES if _commutes(call) else ''}"
         if call.name in DERIVED and call.constructor == "Op":
             suffix, variant = DERIVED[call.name]
             derived = variant(call)
@@ -263,6 +264,15 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
 EXACT = "!"
 #: Marks the key of a dropout that draws, batched under ``batch_random`` (:mod:`optimus_egg.draws`).
 DRAWS = "~"
+#: Marks the key of a binary call whose operands may swap (:func:`_commutes`); after the number,
+#: so that ``op_named`` still reads the name.
+COMMUTES = "^"
+
+
+def _commutes(call: Call) -> bool:
+    """``f(a, b) = f(b, a)``: a :data:`~optimus_egg.optable.COMMUTATIVE` op called on its two
+    tensors alone (``torch.add(a, b, alpha=2)`` is not ``torch.add(b, a, alpha=2)``)."""
+    return call.constructor == "Binary" and call.name in COMMUTATIVE and call.leaves == (Slot(0), Slot(1))
 
 
 def computes_exactly(name: str, out: Any) -> bool:

@@ -18,10 +18,10 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["BATCHED_MATMULS", "CATS", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS",
+__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS", "IDENTITY_VIEWS",
            "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS", "MATMULS", "MODE_SWITCHES",
-           "NO_KERNEL", "OPS", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind",
-           "OpDef", "functional_name", "keeps_last_dim", "lookup", "unit_reshape"]
+           "NO_KERNEL", "NONNEGATIVE", "OPS", "REARRANGING", "REDUCTIONS", "SINGULAR", "SLICING", "TWO_PASS",
+           "UNDECLARED_WRITES", "Kind", "OpDef", "functional_name", "keeps_last_dim", "lookup", "unit_reshape"]
 
 
 class Kind(enum.Enum):
@@ -101,6 +101,18 @@ OPS: list[OpDef] = [
         "rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli",
         "multinomial", "normal", "poisson", "randperm", "rrelu"]}),
 ]
+#: Ops whose result on floating dtypes is >= 0 (never -0.0) or NaN, with a zero gradient wherever
+#: it is 0: ``relu`` leaves the result and its gradient as they are (``relu`` itself on any dtype:
+#: it is idempotent). Integer ``abs`` is not among them: ``abs(-128)`` is -128 in int8.
+NONNEGATIVE = frozenset({"relu", "sigmoid", "exp", "abs", "softmax"})
+#: Calls of one tensor whose result holds only that tensor's elements as they are (moved, repeated,
+#: a subset): every fact of the elements holds for the result, where its dtype is the tensor's.
+REARRANGING = frozenset({"view", "reshape", "flatten", "unflatten", "permute", "transpose", "swapaxes",
+                         "swapdims", "t", "movedim", "moveaxis", "expand", "squeeze", "unsqueeze", "contiguous",
+                         "clone", "diagonal"})
+#: Elementwise ops of two tensors whose operands may swap (called as ``f(a, b)``, nothing else),
+#: values and gradients alike.
+COMMUTATIVE = frozenset({"add", "mul"})
 #: Matmuls a library computes whole (Inductor's extern calls): no loop of Inductor's reads their
 #: operands. ``linear`` and ``matmul`` become ``addmm``/``mm``/``bmm`` in ATen.
 MATMULS = frozenset({"linear", "matmul", "mm", "addmm", "bmm", "baddbmm"})

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
-from optimus_egg.optable import OPS
+from optimus_egg.calls import EXACT
+from optimus_egg.optable import OPS, SINGULAR
 
 if TYPE_CHECKING:
     from optimus_egg.ir import Term
@@ -90,21 +91,35 @@ class Written:
 STAGES = ("analysis", "seed", "simplify", "expand")
 
 
-def op_named(var: str, name: str) -> str:
-    """A ``when``/``query`` fact: the ``Unary``/``Binary``/``Op`` key bound to ``var`` is op ``name``.
+def op_named(var: str, *names: str) -> str:
+    """A ``when``/``query`` fact: the ``Unary``/``Binary``/``Op`` key bound to ``var`` is op ``name``
+    (one of ``names``).
 
     Keys are per-graph (``relu#3``): two calls share a key only when they are the same call, so
-    a rule about one op (not about "any elementwise op") tests the name with this fact. ``name``
-    is the op table's name (``optimus_egg.optable.OPS``), e.g. ``relu`` for ``torch.relu``,
-    ``F.relu``, ``Tensor.relu`` and ``nn.ReLU``. Any other name is an error: it would match
+    a rule about one op (not about "any elementwise op") tests the name with this fact. A name is
+    the op table's name (``optimus_egg.optable.OPS``), e.g. ``relu`` for ``torch.relu``,
+    ``F.relu``, ``Tensor.relu`` and ``nn.ReLU``; a key marked as computing exactly (``exp!#3``,
+    :data:`optimus_egg.calls.EXACT`) is its op's too. Any other name is an error: it would match
     nothing, and the rule would never fire without a word.
     """
-    names = {op.name for op in OPS}
-    if name not in names:
-        near = get_close_matches(name, names, n=3)
-        raise ValueError(f"op_named: no op {name!r} in the op table (optimus_egg.optable.OPS)"
-                         + (f"; did you mean {', '.join(near)}?" if near else ""))
-    return f'(= 1 (count-matches (+ "#" {var}) "#{name}#"))'
+    known = {op.name for op in OPS}
+    for name in names:
+        if name not in known:
+            near = get_close_matches(name, known, n=3)
+            raise ValueError(f"op_named: no op {name!r} in the op table (optimus_egg.optable.OPS)"
+                             + (f"; did you mean {', '.join(near)}?" if near else ""))
+    marked = [f"{name}{EXACT}" for name in names if name in SINGULAR]  # calls.computes_exactly
+    counts = [f'(count-matches (+ "#" {var}) "#{name}#")' for name in sorted([*names, *marked])]
+    total = counts[0]
+    for count in counts[1:]:
+        total = f"(+ {total} {count})"
+    return f"(= 1 {total})"
+
+
+def one_of(var: str, names: Iterable[str]) -> str:
+    """A ``when``/``query`` fact: the String bound to ``var`` is one of ``names``."""
+    return f'(= 1 (count-matches ",{",".join(names)}," (+ "," {var} ",")))'
+
 
 def args(*items: str) -> str:
     """An ``Op`` argument list."""

@@ -13,16 +13,11 @@ precision before the sum), and the shared dims of equal static sizes (no broadca
 """
 
 from optimus_egg.calls import built
-from optimus_egg.rewrites import Derive, op_named
+from optimus_egg.rewrites import Derive, one_of, op_named
 
 #: The dtypes the product form computes as the einsum does (a product of two half-precision
 #: numbers rounded to half precision before the sum is not what ``bmm`` computes).
 EXACT = ("float32", "float64")
-
-
-def one_of(var: str, names: tuple[str, ...]) -> str:
-    """A ``when``/``query`` fact: the String bound to ``var`` is one of ``names``."""
-    return f'(= 1 (count-matches ",{",".join(names)}," (+ "," {var} ",")))'
 
 
 #: x: [b, c, d], w: [b, c, d, e]; t = einsum(x, w): [b, c, e].

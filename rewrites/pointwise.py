@@ -3,10 +3,14 @@
 ``cat(relu(x[a]), relu(x[b])) → relu(x)``: relu moves out of the slices (one kernel on the whole
 tensor), the slices merge. Pulling an op out of a cat needs every piece to keep its dtype, so
 that the cat of the operands concatenates the same values (no promotion).
+
+``relu`` of a value that is never negative is that value (``relu(relu(x)) → relu(x)``,
+``relu(x * x) → x * x``): ``nonneg`` marks such values, through views, slices and cats.
 """
 
-from optimus_egg.calls import DRAWS, EXACT
-from optimus_egg.rewrites import Derive, Rule
+from optimus_egg.calls import COMMUTES, DRAWS, EXACT
+from optimus_egg.optable import NONNEGATIVE, REARRANGING
+from optimus_egg.rewrites import Derive, Rule, one_of, op_named
 
 #: unary-list l f: the operands m of a list l that is f applied to each piece of m; binary-list
 #: l f: the pair of operand lists. Functions, one value each (any is right: the lists are equal
@@ -16,6 +20,10 @@ DECLARATIONS = """
 (function unary-list (TList String) TList :merge old)
 (datatype Operands (Pair TList TList))
 (function binary-list (TList String) Operands :merge old)
+(relation zip-wanted (TList TList String String))
+(function zip (TList TList String) TList :merge old)
+(relation nonneg (T))
+(relation nonneg-list (TList))
 """
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
@@ -23,6 +31,43 @@ DECLARATIONS = """
 WIDENS = f'(= 0 (count-matches f "{EXACT}"))'
 #: The key of a dropout that draws (``optimus_egg.calls.DRAWS``).
 DRAWN = f'(= 1 (count-matches f "{DRAWS}"))'
+NOT_DRAWN = f'(= 0 (count-matches f "{DRAWS}"))'
+#: The key of a binary call whose operands may swap (``optimus_egg.calls.COMMUTES``).
+SWAPS = f'(= 1 (count-matches f "{COMMUTES}"))'
+FLOATING = ("float16", "bfloat16", "float32", "float64")
+#: A product that underflows to 0 passes no gradient through relu where the product alone passes
+#: 2x: in float32 and float64 only below |x| ~ 1e-23 (1e-162), not in half precision (1e-4).
+WIDE_FLOATS = ("float32", "float64")
+
+
+def _nonneg(name: str, query: tuple[str, ...], dtypes: tuple[str, ...] | None = FLOATING) -> Derive:
+    """nonneg t, where ``query`` binds t (of one of ``dtypes``)."""
+    typed = ("(= k (dtype t))", one_of("k", dtypes)) if dtypes else ()
+    return Derive(name, (*query, *typed), ("(nonneg t)",), stage="analysis")
+
+
+#: nonneg t: every element of t is >= 0 or NaN (-0.0 only where relu keeps it), so relu(t) is t; and
+#: where t is 0 its op's gradient is 0 (or underflowed, WIDE_FLOATS): relu's mask changes no gradient.
+NONNEG = [
+    _nonneg("nonneg-relu", ("(= t (Unary f x))", op_named("f", "relu")), None),  # relu is idempotent
+    _nonneg("nonneg-op", ("(= t (Unary f x))", op_named("f", *sorted(NONNEGATIVE - {"softmax"})))),
+    _nonneg("nonneg-softmax", ("(= t (Op f a))", op_named("f", "softmax"))),
+    _nonneg("nonneg-square", ("(= t (Unary f x))", op_named("f", "square")), WIDE_FLOATS),
+    _nonneg("nonneg-self-product", ("(= t (Binary f x x))", op_named("f", "mul")), WIDE_FLOATS),
+    _nonneg("nonneg-product", ("(nonneg x)", "(nonneg y)", "(= t (Binary f x y))", op_named("f", "mul")),
+            WIDE_FLOATS),
+    # views, slices and cats of such values hold only their elements
+    *(_nonneg(f"nonneg-{view.lower()}", ("(nonneg x)", f"(= t ({view} x {args}))"), None) for view, args in (
+        ("Sl", "d s n"), ("Squeeze", "d"), ("Unsqueeze", "d"), ("Flat", "d"), ("Unflat", "d n"), ("Move", "a b"))),
+    _nonneg("nonneg-rearranged", ("(nonneg x)", "(= t (Op f (Cons x r -1)))", op_named("f", *sorted(REARRANGING)),
+                                  "(= k (dtype x))", "(= k (dtype t))"), None),
+    Derive("nonneg-list-last", ("(nonneg a)", "(= l (Cons a (Nil) d))"), ("(nonneg-list l)",), stage="analysis"),
+    Derive("nonneg-list-cons", ("(nonneg-list r)", "(nonneg a)", "(= l (Cons a r d))"), ("(nonneg-list l)",),
+           stage="analysis"),
+    _nonneg("nonneg-cat", ("(nonneg-list l)", "(= t (Cat l))"), None),
+    Rule("relu-of-nonneg", "(Unary f x)", "x", (op_named("f", "relu"), "(nonneg x)")),
+]
+
 RULES = [
     Rule("unary-out-of-slice", "(Unary f (Sl x d s n))", "(Sl (Unary f x) d s n)", (WIDENS,), stage="expand"),
     Rule("binary-out-of-slice", "(Binary f (Sl x d s n) (Sl y d s n))", "(Sl (Binary f x y) d s n)",
@@ -49,6 +94,23 @@ RULES = [
            ("(set (binary-list l f) (Pair (Cons a m d) (Cons b n d)))",), stage="analysis"),
     Rule("binary-out-of-cat", "(Cat l)", "(Binary f (Cat m) (Cat n))", ("(= (Pair m n) (binary-list l f))",),
          covers="batch_aten_add/sub/mul/div"),
+    # The other way: f(cat(m), cat(n)) is the cat of f of their pieces, where the pieces pair up
+    # (equal sizes along the dim) in one dtype. zip m n f, f of each pair of pieces, is derived
+    # cell by cell in the analysis stage (as binary-list is), for the ops of cats there are.
+    Derive("zip-wanted", ("(= t (Binary f (Cat m) (Cat n)))", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                          "(= k (dtype t))", NOT_DRAWN), ("(zip-wanted m n f k)",), stage="analysis"),
+    Derive("zip-wanted-tail", ("(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                               "(= w (size a d))", "(= w (size b d))"), ("(zip-wanted r s f k)",), stage="analysis"),
+    Derive("zip-nil", ("(zip-wanted m n f k)", "(= m (Nil))", "(= n (Nil))"), ("(set (zip m n f) (Nil))",),
+           stage="analysis"),
+    Derive("zip-cons", ("(= o (zip r s f))", "(zip-wanted m n f k)", "(= m (Cons a r d))", "(= n (Cons b s d))",
+                        "(= w (size a d))", "(= w (size b d))", "(= k (dtype a))", "(= k (dtype b))"),
+           ("(set (zip m n f) (Cons (Binary f a b) o d))",), stage="analysis"),
+    Rule("binary-into-cat", "(Binary f (Cat m) (Cat n))", "(Cat o)", ("(= o (zip m n f))",)),
+    # a * b is b * a: where the graph (or a rule) has both, they are one value. Not as a rewrite
+    # that swaps every call, which changed how deepfm's forward breaks a tie, and its backward got
+    # dearer (docs/design.md).
+    Derive("binary-swapped", ("(= t (Binary f x y))", "(= u (Binary f y x))", SWAPS), ("(union t u)",)),
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
     Rule("unary-out-of-unflat", "(Unary f (Unflat x d n))", "(Unflat (Unary f x) d n)", stage="expand"),
@@ -66,4 +128,5 @@ RULES = [
     # rules above).
     Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
          (DRAWN,), stage="expand", covers="batch_dropout"),
+    *NONNEG,
 ]

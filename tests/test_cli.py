@@ -19,8 +19,8 @@ def test_demo_outputs_equal_eager(capsys):
 
 
 def test_rules_lists_a_users_rule_module_too(capsys):
-    assert cli.main(["rules", "examples/relu_rules.py"]) == 0
-    assert "relu-idempotent" in capsys.readouterr().out
+    assert cli.main(["rules", "examples/clamp_rules.py"]) == 0
+    assert "clamp-idempotent" in capsys.readouterr().out
     assert cli.main(["rules", "no_such.module"]) == 2
     assert "unknown rule family" in capsys.readouterr().err
 

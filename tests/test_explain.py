@@ -15,7 +15,7 @@ from tests.helpers import Fn
 
 ROOT = Path(__file__).resolve().parents[1]
 TOWERS = f"{ROOT / 'examples' / 'towers.py'}:towers"
-RULES = str(ROOT / "examples" / "relu_rules.py")
+RULES = str(ROOT / "examples" / "clamp_rules.py")
 
 
 def _kernels(out: str, row: str) -> tuple[float, float]:
@@ -54,7 +54,7 @@ def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
         row = f"cost model {name}" + (" (extracted by)" if name == report.cost_model else "")
         assert _kernels(out, row) == pytest.approx((before, after), abs=0.05)
     assert "outputs equal to the original on the example inputs: yes" in out
-    assert f"relu-idempotent {report.rules_fired['relu-idempotent']}" in out
+    assert f"clamp-idempotent {report.rules_fired['clamp-idempotent']}" in out
     assert f"{report.enodes} e-nodes" in out and "saturate" in out and "extract" in out
     # The split/sigmoid/cat cruft region: original split → one sigmoid of the input, then narrows.
     regions = out.split("\nregion ")[1:]
@@ -63,8 +63,8 @@ def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
     before, after = cruft.split("  after:")
     assert "torch.cat" in before and "torch.cat" not in after
     assert "sigmoid_new = torch.sigmoid(l_x_)" in after  # renamed: the original has a "sigmoid" too
-    relus = next(r for r in regions if "torch.relu(" in r.split("  after:")[0])
-    assert relus.split("  after:")[1].count("relu(") == 1  # two ReLUs became one
+    relus = next(r for r in regions if "hardtanh(" in r.split("  after:")[0])  # nn.ReLU6 is a hardtanh
+    assert relus.split("  after:")[1].count("hardtanh(") == 1  # two ReLU6s became one
     for name in ("before", "after"):
         _dot_is_well_formed((tmp_path / f"{name}.dot").read_text())
     assert "fillcolor" in (tmp_path / "before.dot").read_text()
