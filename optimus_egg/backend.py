@@ -93,8 +93,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
         return None
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
         return options
-    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    kept = tuple(n for n in names if n not in rewrites.BATCHING_FAMILIES)
+    kept = rewrites.unbatched(options.families)
     return dataclasses.replace(options, families=kept) if kept else None
 
 

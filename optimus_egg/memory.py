@@ -17,16 +17,12 @@ scheduler gives its buffers, which a walk of the graph as written does not predi
 
 from __future__ import annotations
 
-import operator
-from typing import Any
-
 import torch
 import torch.fx as fx
-from torch.utils import _pytree as pytree
 
 from optimus_egg import optable
 from optimus_egg.effects import StorageKey, storage_key
-from optimus_egg.nodes import static_int, val
+from optimus_egg.nodes import static_int, tensors, val, value_in
 
 
 def saved_copies(gm: fx.GraphModule) -> int:
@@ -77,19 +73,12 @@ def _bytes(t: torch.Tensor) -> int:
 
 
 def _needs_grad(node: fx.Node) -> bool:
-    return any(t.requires_grad for t in _tensors(val(node)))
+    return any(t.requires_grad for t in tensors(val(node)))
 
 
 def _inputs(gm: fx.GraphModule) -> list[torch.Tensor]:
-    return [t for n in gm.graph.nodes if n.op in ("placeholder", "get_attr")
-            for t in _tensors(operator.attrgetter(n.target)(gm) if n.op == "get_attr" else val(n))]
+    return [t for n in gm.graph.nodes if n.op in ("placeholder", "get_attr") for t in tensors(value_in(gm, n))]
 
 
 def _keys(node: fx.Node) -> list[StorageKey]:
-    return [k for t in _tensors(val(node)) if (k := storage_key(t)) is not None]
-
-
-def _tensors(value: Any) -> list[torch.Tensor]:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
+    return [k for t in tensors(val(node)) if (k := storage_key(t)) is not None]

@@ -3,10 +3,12 @@ parameter names."""
 
 from __future__ import annotations
 
+import operator
 from typing import Any
 
 import torch
 import torch.fx as fx
+from torch.utils import _pytree as pytree
 
 
 def val(node: Any) -> Any:
@@ -15,6 +17,18 @@ def val(node: Any) -> Any:
         return node
     meta = node.meta
     return meta["val"] if "val" in meta else meta.get("example_value")
+
+
+def value_in(gm: torch.nn.Module, node: fx.Node) -> Any:
+    """A node's value in ``gm``: a ``get_attr``'s attribute (a real tensor), else its fake value."""
+    return operator.attrgetter(node.target)(gm) if node.op == "get_attr" else val(node)
+
+
+def tensors(value: Any) -> list[torch.Tensor]:
+    """The tensors a value holds: itself, or the leaves of a tuple or list."""
+    if isinstance(value, torch.Tensor):  # most values: no pytree walk
+        return [value]
+    return [t for t in pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
 def static_int(x: Any) -> int | None:

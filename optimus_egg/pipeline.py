@@ -13,7 +13,6 @@ import contextlib
 import copy
 import functools
 import gc
-import operator
 import os
 import time
 import warnings
@@ -35,7 +34,7 @@ from optimus_egg.frontend import Translation, translate
 from optimus_egg.guards import refuse_others
 from optimus_egg.ir import Term
 from optimus_egg.logger import log, log_debug
-from optimus_egg.nodes import static_int, val
+from optimus_egg.nodes import static_int, tensors, val, value_in
 from optimus_egg.options import Options
 from optimus_egg.outputs import check_outputs, restride_outputs
 from optimus_egg.post_grad import order_as_written
@@ -244,8 +243,8 @@ def _without_batching(gm: fx.GraphModule, options: Options, report: Report, disj
     weights and inputs, one result for many), or kept as written where none of them ran: the
     rewrite costs memory (``reason``, :mod:`optimus_egg.memory`)."""
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    unbatched = tuple(n for n in names if n not in rewrites.BATCHING_FAMILIES)
-    if unbatched == tuple(names) or not unbatched:
+    unbatched = rewrites.unbatched(names)
+    if not unbatched or len(unbatched) == len(names):  # nothing left, or no batching family ran
         raise Keep(reason)
     log_debug(f"optimizing again without batching: {reason}")
     new_gm = _optimize(gm, replace(options, families=unbatched), report, disjoint_outputs)
@@ -409,10 +408,7 @@ def _grad_inputs(gm: fx.GraphModule) -> set[tuple[str, Any]]:
     values require grad: the inputs autograd gives a gradient (zeros when every path is cut
     later), where unreached ones get None."""
     def needs_grad(node: fx.Node) -> bool:
-        value = operator.attrgetter(node.target)(gm) if node.op == "get_attr" else val(node)
-        if isinstance(value, torch.Tensor):  # most nodes: no pytree walk
-            return value.requires_grad
-        return any(isinstance(t, torch.Tensor) and t.requires_grad for t in torch.utils._pytree.tree_leaves(value))
+        return any(t.requires_grad for t in tensors(value_in(gm, node)))
 
     output = next(iter(gm.graph.find_nodes(op="output")))
     stack = [n for n in output.all_input_nodes if needs_grad(n)]

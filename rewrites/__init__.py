@@ -144,6 +144,11 @@ DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
 BATCHING_FAMILIES = ("horizontal",)
 
 
+def unbatched(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The families ``names`` (None: the defaults) without the batching ones."""
+    return tuple(n for n in (DEFAULT_FAMILIES if names is None else names) if n not in BATCHING_FAMILIES)
+
+
 def _check_stage(rule: "AnyRule") -> None:
     if rule.stage not in STAGES:
         raise ValueError(f"rule {rule.name!r}: unknown stage {rule.stage!r}; valid: {', '.join(STAGES)}")

@@ -108,8 +108,8 @@ RULES = [
            ("(set (zip m n f) (Cons (Binary f a b) o d))",), stage="analysis"),
     Rule("binary-into-cat", "(Binary f (Cat m) (Cat n))", "(Cat o)", ("(= o (zip m n f))",)),
     # a * b is b * a: where the graph (or a rule) has both, they are one value. Not as a rewrite
-    # that swaps every call, which changed how deepfm's forward breaks a tie, and its backward got
-    # dearer (docs/design.md).
+    # that swaps every call: that changes which of two equally priced forms extraction keeps, and
+    # the backward the forward-only model does not see can get dearer (docs/design.md).
     Derive("binary-swapped", ("(= t (Binary f x y))", "(= u (Binary f y x))", SWAPS), ("(union t u)",)),
     # Elementwise ops commute with reshapes: one op on x serves every reshaped view of it.
     Rule("unary-out-of-flat", "(Unary f (Flat x d))", "(Flat (Unary f x) d)", stage="expand"),
