@@ -93,7 +93,7 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
         return None
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
         return options
-    kept = rewrites.unbatched(options.families)
+    kept = rewrites.without(options.families, rewrites.BATCHING_FAMILIES)
     return dataclasses.replace(options, families=kept) if kept else None
 
 

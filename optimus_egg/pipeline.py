@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, cleanup, draws, effects, fake_values, memory, modes, optable, rewrites, verify
+from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, training, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -230,25 +230,29 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
-    if cheaper is None and _loose_slices(new_gm) > _loose_slices(gm):
+    if cheaper is None and training.loose_slices(new_gm) > training.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
-    if options.memory_bound and memory.saved_copies(new_gm) > memory.saved_copies(gm):
-        return _without_batching(gm, options, report, disjoint_outputs, "it would save copies for the backward")
+    if options.memory_bound and training.saved_copies(new_gm) > training.saved_copies(gm):
+        return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
+                        "it would save copies for the backward")
+    if training.pointwise_elements(new_gm) > training.pointwise_elements(gm):
+        return _without(gm, options, report, disjoint_outputs, rewrites.POINTWISE_FAMILIES,
+                        "pieces would be recomputed, each with a gradient")
     return new_gm
 
 
-def _without_batching(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs: bool,
-                      reason: str) -> fx.GraphModule:
-    """The graph optimized again without the families that batch (``horizontal``: stacks of
-    weights and inputs, one result for many), or kept as written where none of them ran: the
-    rewrite costs memory (``reason``, :mod:`optimus_egg.memory`)."""
+def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs: bool,
+             dropped: Sequence[str], reason: str) -> fx.GraphModule:
+    """The graph optimized again without the families ``dropped``, or kept as written where none
+    of them ran: the rewrite costs the training step what the cost models do not price
+    (``reason``, :mod:`optimus_egg.training`)."""
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    unbatched = rewrites.unbatched(names)
-    if not unbatched or len(unbatched) == len(names):  # nothing left, or no batching family ran
+    kept = rewrites.without(names, dropped)
+    if not kept or len(kept) == len(names):  # nothing left, or none of them ran
         raise Keep(reason)
-    log_debug(f"optimizing again without batching: {reason}")
-    new_gm = _optimize(gm, replace(options, families=unbatched), report, disjoint_outputs)
-    report.unbatched = reason
+    log_debug(f"optimizing again without {', '.join(dropped)}: {reason}")
+    new_gm = _optimize(gm, replace(options, families=kept), report, disjoint_outputs)
+    report.dropped.update({n: reason for n in dropped if n in names})
     return new_gm
 
 
@@ -286,7 +290,7 @@ def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None
     launch on a GPU), but Inductor's CPU backend writes each one with a loop of its own, and a
     piece glued back whole reads as one contiguous copy. With gradients a tie-break is None,
     cheaper only if the emitted graph slices no more tensors outside splits
-    (:func:`_loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
+    (:func:`training.loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
     (which is why :func:`optimus_egg.cleanup.cut_cat_slices` cuts overlapping slices into one
     split)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
@@ -302,13 +306,6 @@ def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None
     if not fewer:
         return False
     return None if _grad_inputs(gm) else True
-
-
-def _loose_slices(gm: fx.GraphModule) -> int:
-    """Slices and selects of tensors that require grad, other than a split's or unbind's pieces."""
-    return sum(1 for n in gm.graph.nodes
-               if n.op in ("call_function", "call_method") and n.target in optable.SLICING and n.args
-               and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
 
 
 def _search_or_reuse(tr: Translation, roots: list[Term], options: Options, report: Report,

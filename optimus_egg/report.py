@@ -95,7 +95,7 @@ class Report:
     verified: str = ""  # with verify=True: "passed", "failed", or why nothing was compared ("skipped: ...")
     kept: bool = False  # the input graph is returned as it was (kept_reason says why)
     kept_reason: str = ""
-    unbatched: str = ""  # why the batching families were dropped (memory_bound), "" where they ran
+    dropped: dict[str, str] = field(default_factory=dict)  # family → why the graph was optimized again without it
     zone_nodes: int = 0  # calls kept as written between mode switches, in no figure above
     segments: int = 0  # graphs optimized around such calls; their figures are added up here
 

@@ -142,11 +142,14 @@ DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
 #: fewer kernels for more bytes, dropped where those bytes raise the peak memory or, on CPU, from
 #: a backward.
 BATCHING_FAMILIES = ("horizontal",)
+#: The families that move pointwise ops through splits and cats: dropped from a training graph
+#: where that computes a piece once per cat, each with a gradient (:mod:`optimus_egg.training`).
+POINTWISE_FAMILIES = ("pointwise",)
 
 
-def unbatched(names: Sequence[str] | None) -> tuple[str, ...]:
-    """The families ``names`` (None: the defaults) without the batching ones."""
-    return tuple(n for n in (DEFAULT_FAMILIES if names is None else names) if n not in BATCHING_FAMILIES)
+def without(names: Sequence[str] | None, dropped: Sequence[str]) -> tuple[str, ...]:
+    """The families ``names`` (None: the defaults) without those ``dropped``."""
+    return tuple(n for n in (DEFAULT_FAMILIES if names is None else names) if n not in dropped)
 
 
 def _check_stage(rule: "AnyRule") -> None:

@@ -1,5 +1,7 @@
-"""Memory a rewrite adds to a training step, from fake values: the bound it stays under
-(``memory_bound``).
+"""What a rewrite adds to a training step that the forward's cost models do not see, from fake
+values: copies saved for the backward (``memory_bound``), gradients of pointwise ops over more
+elements, and slices whose gradients are zero-filled copies. The pipeline keeps a rewrite only
+where none of them rises.
 
 The cost models count kernels; a rewrite that batches (a stack of weights or inputs, one result
 for many) can cost fewer kernels and more bytes once autograd is involved. A matmul saves its
@@ -8,11 +10,16 @@ stack that a differentiated matmul reads is held from the forward into the backw
 graph as written saves the weights and inputs themselves (free: they are live anyway); and a
 matmul of concatenated weights has the gradient of its whole result built in the backward,
 where the graph as written multiplies each piece's gradient alone. :func:`saved_copies` is the
-bytes of such copies; the pipeline keeps a rewrite only where it does not rise.
+bytes of such copies.
 
-In inference no such bound applies: a batched graph's peak depends on the order Inductor's
-scheduler gives its buffers, which a walk of the graph as written does not predict
-(BENCHMARKS.md, "Peak memory at realistic sizes").
+A pointwise op moved out of the cats of its results (``cat(relu(a), relu(b)) → relu(cat(a, b))``)
+computes a piece once per cat that holds it: in a forward Inductor fuses each into its cat for
+free, but each has a gradient of its own in the backward, added up after (a shared expert in a
+PLE's gates). :func:`pointwise_elements` counts the elements pointwise ops with gradients compute.
+
+In inference no bound applies: a batched graph's peak depends on the order Inductor's scheduler
+gives its buffers, which a walk of the graph as written does not predict (BENCHMARKS.md, "Peak
+memory at realistic sizes"), and a recomputed piece has no backward.
 """
 
 from __future__ import annotations
@@ -41,6 +48,21 @@ def saved_copies(gm: fx.GraphModule) -> int:
     return total
 
 
+def pointwise_elements(gm: fx.GraphModule) -> int:
+    """Elements computed by pointwise calls whose results require grad: each has a gradient."""
+    return sum(_elements(v) for n in gm.graph.nodes
+               if (entry := optable.lookup(n)) is not None and entry.kind == optable.Kind.POINTWISE
+               and isinstance(v := val(n), torch.Tensor) and v.requires_grad)
+
+
+def loose_slices(gm: fx.GraphModule) -> int:
+    """Slices and selects of tensors that require grad, other than a split's or unbind's pieces:
+    a slice's gradient is a zero-filled copy where a split's is one cat."""
+    return sum(1 for n in gm.graph.nodes
+               if n.op in ("call_function", "call_method") and n.target in optable.SLICING and n.args
+               and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
+
+
 def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:
     """The calls that read ``node``'s value, through views of it (calls sharing its storage)."""
     out: list[fx.Node] = []
@@ -63,9 +85,15 @@ def _contraction(node: fx.Node) -> bool:
 
 
 def _bytes(t: torch.Tensor) -> int:
-    """A tensor's storage bytes; under symbolic sizes, at the sizes traced (1 where unknown: a
-    copy still counts)."""
-    size = t.untyped_storage().nbytes()
+    return _as_traced(t.untyped_storage().nbytes())
+
+
+def _elements(t: torch.Tensor) -> int:
+    return _as_traced(t.numel())
+
+
+def _as_traced(size: int | torch.SymInt) -> int:
+    """A size; under symbolic sizes, at the sizes traced (1 where unknown: a copy still counts)."""
     known = static_int(size)
     if known is None and isinstance(size, torch.SymInt):
         known = size.node.hint

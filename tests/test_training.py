@@ -1,0 +1,119 @@
+"""What a rewrite may not add to a training step (:mod:`optimus_egg.training`): cats or stacks
+that a matmul saves for the backward (``memory_bound``; in inference batching stays on), and
+pointwise ops with gradients over more elements (a piece computed once per cat that holds it)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from optimus_egg.pipeline import capture, optimize
+from optimus_egg.training import pointwise_elements, saved_copies
+from tests.helpers import Fn, check, check_training
+from tests.rewrites.linears import calls_named
+
+
+class Experts(nn.Module):
+    """Four linears on one input, their relus stacked and summed (an MMoE's experts)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(16, 8) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.stack([torch.relu(e(x)) for e in self.experts], 1).sum(1)
+
+
+X = torch.randn(32, 16)
+
+
+def _requires_grad(model: nn.Module, flag: bool) -> nn.Module:
+    for p in model.parameters():
+        p.requires_grad_(flag)
+    return model
+
+
+def test_a_differentiated_matmul_of_a_cat_saves_the_cat():
+    w = torch.randn(8, 16, requires_grad=True)
+    both = torch.randn(8, 16, requires_grad=True)
+    fused = capture(Fn(lambda x, a, b: F.linear(x, torch.cat([a, b])).relu()), (X, w, both))
+    assert saved_copies(fused) == 16 * 16 * 4  # the [16, 16] float cat
+    through_view = capture(Fn(lambda x, a, b: x @ torch.cat([a, b]).t()), (X, w, both))
+    assert saved_copies(through_view) == 16 * 16 * 4
+    undifferentiated = capture(Fn(lambda x, a, b: F.linear(x, torch.cat([a, b]))), (X, w.detach(), both.detach()))
+    assert saved_copies(undifferentiated) == 0
+    no_matmul = capture(Fn(lambda x, a, b: torch.cat([a, b]).relu() * 2), (X, w, both))
+    assert saved_copies(no_matmul) == 0
+
+
+def test_training_keeps_each_linear_where_batching_would_save_concatenated_weights():
+    model = _requires_grad(Experts(), True)
+    gm = check_training(model, X)
+    assert calls_named(gm, "linear") == 4 and calls_named(gm, "cat") == 0
+    report, _ = check(model, X)
+    assert "horizontal" in report.dropped and not report.kept  # the other families still ran
+    assert report.kernels_after < report.kernels_before
+
+
+def test_batching_stays_on_in_inference_and_without_the_bound():
+    inference = _requires_grad(Experts(), False)
+    _, gm = check(inference, X)
+    assert calls_named(gm, "linear") == 1
+    training = _requires_grad(Experts(), True)
+    unbounded = check_training(training, X, memory_bound=False)
+    assert calls_named(unbounded, "linear") == 1
+
+
+class SharedExperts(nn.Module):
+    """Three experts' relus, one of them in both gates' stacks (a PLE's shared expert), each
+    stack mixed by its softmaxed gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.experts = nn.ModuleList(nn.Linear(16, 8) for _ in range(3))
+        self.gates = nn.ModuleList(nn.Linear(16, 2, bias=False) for _ in range(2))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shared, first, second = (torch.relu(e(x)) for e in self.experts)
+        stacks = (torch.stack([shared, first], 1), torch.stack([shared, second], 1))
+        return torch.cat([torch.matmul(g(x).softmax(1).unsqueeze(1), s).squeeze(1)
+                          for g, s in zip(self.gates, stacks)], 1)
+
+
+class Towers(nn.Module):
+    """Three towers' sigmoids glued: each element in one cat."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.towers = nn.ModuleList(nn.Linear(16, 1) for _ in range(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([torch.sigmoid(t(x)) for t in self.towers], 1)
+
+
+POINTWISE = ("split_cat", "pointwise")
+
+
+def test_pointwise_elements_are_those_with_gradients():
+    w = torch.randn(8, 16, requires_grad=True)
+    assert pointwise_elements(capture(Fn(lambda x, w: (x @ w.t()).relu() * 2), (X, w))) == 2 * 32 * 8
+    assert pointwise_elements(capture(Fn(lambda x, w: (x @ w.t()).relu() * 2), (X, w.detach()))) == 0
+
+
+def test_a_piece_shared_by_two_stacks_keeps_its_one_pointwise_op_in_training():
+    inference = _requires_grad(SharedExperts(), False)
+    _, moved = check(inference, X, families=POINTWISE)
+    assert calls_named(moved, "relu") == 2  # one over each stack: the shared piece twice
+    model = _requires_grad(SharedExperts(), True)
+    gm = check_training(model, X, families=POINTWISE)
+    assert calls_named(gm, "relu") == 3
+    assert pointwise_elements(gm) <= pointwise_elements(capture(model, (X,)))
+    _, report = optimize(model, (X,), families=POINTWISE)
+    assert "pointwise" in report.dropped
+
+
+def test_a_pointwise_op_over_pieces_in_one_cat_moves_in_training():
+    model = _requires_grad(Towers(), True)
+    gm = check_training(model, X, families=POINTWISE)
+    assert calls_named(gm, "sigmoid") == 1
+    _, report = optimize(model, (X,), families=POINTWISE)
+    assert not report.dropped
