@@ -28,7 +28,7 @@ class Options:
     batch_random: bool = False  # dropouts that draw may be batched (optimus_egg.draws): not eager's mask
     rewrite_backward: bool | str = "auto"  # the backward too (backend.BackwardPass); auto: batched on a GPU only
     verify: bool = False  # run the rewritten graph against the original on random inputs (optimus_egg.verify)
-    memory_bound: bool = True  # in training, no rewrite that adds copies saved for the backward (optimus_egg.memory)
+    memory_bound: bool = True  # no rewrite that adds the copies batching makes (optimus_egg.bounds)
 
     @classmethod
     def from_kwargs(cls, **kw: Any) -> "Options":

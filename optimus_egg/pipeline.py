@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, training, verify
+from optimus_egg import bounds, cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -230,12 +230,18 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
-    if cheaper is None and training.loose_slices(new_gm) > training.loose_slices(gm):
+    if cheaper is None and bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
-    if options.memory_bound and training.saved_copies(new_gm) > training.saved_copies(gm):
+    if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
                         "it would save copies for the backward")
-    if training.pointwise_elements(new_gm) > training.pointwise_elements(gm):
+    if (options.memory_bound and not disjoint_outputs and _batches(options)
+            and bounds.restacked(new_gm) > bounds.restacked(gm)):
+        # Whichever family made the copy: without batching, the bound is not checked again. A
+        # backward's stacks of gradients for one bmm are what ``rewrite_backward`` decides.
+        return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
+                        "it would copy pieces of a result into a stack")
+    if bounds.pointwise_elements(new_gm) > bounds.pointwise_elements(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.POINTWISE_FAMILIES,
                         "pieces would be recomputed, each with a gradient")
     return new_gm
@@ -245,7 +251,7 @@ def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outp
              dropped: Sequence[str], reason: str) -> fx.GraphModule:
     """The graph optimized again without the families ``dropped``, or kept as written where none
     of them ran: the rewrite costs the training step what the cost models do not price
-    (``reason``, :mod:`optimus_egg.training`)."""
+    (``reason``, :mod:`optimus_egg.bounds`)."""
     names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
     kept = rewrites.without(names, dropped)
     if not kept or len(kept) == len(names):  # nothing left, or none of them ran
@@ -254,6 +260,11 @@ def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outp
     new_gm = _optimize(gm, replace(options, families=kept), report, disjoint_outputs)
     report.dropped.update({n: reason for n in dropped if n in names})
     return new_gm
+
+
+def _batches(options: Options) -> bool:
+    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
+    return any(n in rewrites.BATCHING_FAMILIES for n in names)
 
 
 def _around_mode_switches(gm: fx.GraphModule, switch: fx.Node, options: Options, report: Report,
@@ -290,7 +301,7 @@ def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None
     launch on a GPU), but Inductor's CPU backend writes each one with a loop of its own, and a
     piece glued back whole reads as one contiguous copy. With gradients a tie-break is None,
     cheaper only if the emitted graph slices no more tensors outside splits
-    (:func:`training.loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
+    (:func:`bounds.loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
     (which is why :func:`optimus_egg.cleanup.cut_cat_slices` cuts overlapping slices into one
     split)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:

@@ -143,7 +143,7 @@ DEFAULT_FAMILIES = ("split_cat", "pointwise", "horizontal", "einsum")
 #: a backward.
 BATCHING_FAMILIES = ("horizontal",)
 #: The families that move pointwise ops through splits and cats: dropped from a training graph
-#: where that computes a piece once per cat, each with a gradient (:mod:`optimus_egg.training`).
+#: where that computes a piece once per cat, each with a gradient (:mod:`optimus_egg.bounds`).
 POINTWISE_FAMILIES = ("pointwise",)
 
 

@@ -56,7 +56,7 @@ def check(fn: Callable[..., Any] | torch.nn.Module, *inputs: torch.Tensor, trial
 #: ops pays under by construction. The default, Inductor-aware model keeps several of these
 #: small graphs as written on CPU, where Inductor already fuses the ops piece by piece
 #: (tests/extract/test_inductor_default.py). Without the memory bound, which drops batching
-#: from training graphs as a policy of the pipeline (tests/test_training.py): a rule's test
+#: from training graphs as a policy of the pipeline (tests/test_bounds.py): a rule's test
 #: checks the rule.
 EAGER = {"cost_model": "eager", "memory_bound": False}
 

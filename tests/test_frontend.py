@@ -6,7 +6,7 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from optimus_egg import optimize
-from tests.helpers import Fn
+from tests.helpers import EAGER, Fn
 
 
 def _dropouts_in_and_out_of_a_checkpoint(x):
@@ -48,7 +48,7 @@ def test_every_read_of_one_attribute_is_one_input():
     traced = torch.fx.symbolic_trace(model)
     assert sum(n.op == "get_attr" for n in traced.graph.nodes) == 8
     assert len(translate(traced).inputs) == 1 + 2
-    gm, report = optimize(traced, (x,), cost_model="eager")
+    gm, report = optimize(traced, (x,), **EAGER)  # (batched, the pieces are stacked: memory_bound)
     assert report.rules_fired["batch-linear-as-select-of-shared"] == 4
     assert sum(n.op == "get_attr" for n in gm.graph.nodes) == 2
     torch.testing.assert_close(gm(x), model(x))

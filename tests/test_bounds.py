@@ -1,4 +1,4 @@
-"""What a rewrite may not add to a training step (:mod:`optimus_egg.training`): cats or stacks
+"""What a rewrite may not add to a step (:mod:`optimus_egg.bounds`): cats or stacks
 that a matmul saves for the backward (``memory_bound``; in inference batching stays on), and
 pointwise ops with gradients over more elements (a piece computed once per cat that holds it)."""
 
@@ -6,8 +6,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from optimus_egg.bench import real
 from optimus_egg.pipeline import capture, optimize
-from optimus_egg.training import pointwise_elements, saved_copies
+from optimus_egg.bounds import pointwise_elements, restacked, saved_copies
 from tests.helpers import Fn, check, check_training
 from tests.rewrites.linears import calls_named
 
@@ -117,3 +118,29 @@ def test_a_pointwise_op_over_pieces_in_one_cat_moves_in_training():
     assert calls_named(gm, "sigmoid") == 1
     _, report = optimize(model, (X,), families=POINTWISE)
     assert not report.dropped
+
+
+def test_restacked_counts_stacks_of_pieces_of_computed_results():
+    w = torch.randn(16, 12)
+    pieces_of_result = capture(Fn(lambda x, w: torch.stack((x @ w).split(4, 1)) @ w[:4]), (X, w))
+    assert restacked(pieces_of_result) == 3 * 32 * 4 * 4
+    through_a_view = capture(Fn(lambda x, w: torch.stack((x @ w).split(4, 1)).flatten(0, 1) @ w[:4]), (X, w))
+    assert restacked(through_a_view) == 3 * 32 * 4 * 4
+    fused_into_a_pointwise_op = capture(Fn(lambda x, w: torch.stack((x @ w).split(4, 1)).relu()), (X, w))
+    assert restacked(fused_into_a_pointwise_op) == 0
+    pieces_of_input = capture(Fn(lambda x, w: torch.stack(x.split(4, 1)) @ w[:4]), (X, w))
+    assert restacked(pieces_of_input) == 0
+    whole_results = capture(Fn(lambda x, w: torch.stack([x @ w, (x @ w).relu()]) @ w.t()), (X, w))
+    assert restacked(whole_results) == 0
+
+
+def test_inference_keeps_experts_unbatched_where_batching_would_restack_their_layer():
+    """PLE's experts: two-layer MLPs on one input. Batched, the first layers are one linear whose
+    windows are stacked for the second layers' batched matmul: a copy of the whole layer."""
+    model, inputs = real.models()["real_ple"]()
+    model = _requires_grad(model.eval(), False)
+    report, gm = check(model, *inputs)
+    assert "horizontal" in report.dropped and report.kernels_after < report.kernels_before
+    assert restacked(gm) <= restacked(capture(model, inputs))
+    unbounded, _ = optimize(model, inputs, memory_bound=False)
+    assert restacked(unbounded) > restacked(capture(model, inputs))

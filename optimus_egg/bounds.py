@@ -1,25 +1,27 @@
-"""What a rewrite adds to a training step that the forward's cost models do not see, from fake
-values: copies saved for the backward (``memory_bound``), gradients of pointwise ops over more
-elements, and slices whose gradients are zero-filled copies. The pipeline keeps a rewrite only
-where none of them rises.
+"""What a rewrite adds to a step that the cost models do not price, from fake values: the bounds
+the pipeline keeps a rewrite under, besides its cost.
 
-The cost models count kernels; a rewrite that batches (a stack of weights or inputs, one result
-for many) can cost fewer kernels and more bytes once autograd is involved. A matmul saves its
-operands for the backward, and Inductor's partitioner does not recompute a cat, so a cat or
-stack that a differentiated matmul reads is held from the forward into the backward, where the
-graph as written saves the weights and inputs themselves (free: they are live anyway); and a
-matmul of concatenated weights has the gradient of its whole result built in the backward,
-where the graph as written multiplies each piece's gradient alone. :func:`saved_copies` is the
-bytes of such copies.
+The cost models count kernels, and batching buys fewer kernels with bytes (``memory_bound``):
+- A matmul saves its operands for the backward, and Inductor's partitioner does not recompute a
+  cat, so a cat or stack that a differentiated matmul reads is held from the forward into the
+  backward, where the graph as written saves the weights and inputs themselves (live anyway);
+  and a matmul of concatenated weights has the gradient of its whole result built in the
+  backward, where the graph as written multiplies each piece's gradient alone.
+  :func:`saved_copies` is the bytes of such copies.
+- A stack of pieces of a computed result that a matmul reads (the windows of one linear on
+  concatenated weights, stacked for a batched matmul: PLE's experts) is a copy of the result
+  held at once with it, where the graph as written has one piece live at a time.
+  :func:`restacked` is their bytes.
+Neither is a peak: a batched graph's peak depends on the order Inductor's scheduler gives its
+buffers, which a walk of the graph as written does not predict (BENCHMARKS.md, "Peak memory at
+realistic sizes").
 
-A pointwise op moved out of the cats of its results (``cat(relu(a), relu(b)) → relu(cat(a, b))``)
-computes a piece once per cat that holds it: in a forward Inductor fuses each into its cat for
-free, but each has a gradient of its own in the backward, added up after (a shared expert in a
-PLE's gates). :func:`pointwise_elements` counts the elements pointwise ops with gradients compute.
-
-In inference no bound applies: a batched graph's peak depends on the order Inductor's scheduler
-gives its buffers, which a walk of the graph as written does not predict (BENCHMARKS.md, "Peak
-memory at realistic sizes"), and a recomputed piece has no backward.
+Backward work has the same blind spot. A pointwise op moved out of the cats of its results
+(``cat(relu(a), relu(b)) → relu(cat(a, b))``) computes a piece once per cat that holds it: in a
+forward Inductor fuses each into its cat for free, but each has a gradient of its own in the
+backward, added up after (a shared expert in a PLE's gates). :func:`pointwise_elements` counts
+the elements pointwise ops with gradients compute. A slice's gradient is a zero-filled copy
+where a split's is one cat (:func:`loose_slices`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,37 @@ def saved_copies(gm: fx.GraphModule) -> int:
         if any(_contraction(r) and _needs_grad(r) for r in _readers(node, storage_key(value))):
             total += _bytes(value)
     return total
+
+
+def restacked(gm: fx.GraphModule) -> int:
+    """Bytes of cats and stacks of views of computed tensors that a matmul reads (through views):
+    a copy Inductor makes, where a pointwise reader would fuse it."""
+    total = 0
+    for node in gm.graph.nodes:
+        entry = optable.lookup(node)
+        value = val(node)
+        if (entry is not None and entry.name in optable.CATS and isinstance(value, torch.Tensor) and node.args
+                and _views_of_results(node.args[0])
+                and any(_contraction(r) for r in _readers(node, storage_key(value)))):
+            total += _bytes(value)
+    return total
+
+
+def _views_of_results(pieces: object) -> bool:
+    if not isinstance(pieces, (list, tuple)) or not pieces:
+        return False
+    bases = [_view_base(p) if isinstance(p, fx.Node) else None for p in pieces]
+    return all(b is not None and b.op in ("call_function", "call_method") for b in bases)
+
+
+def _view_base(node: fx.Node) -> fx.Node | None:
+    """The node whose result ``node`` views (through views, split pieces), or None where ``node``
+    is no view: its value shares no storage with its first argument."""
+    key = _keys(node)
+    base = None
+    while node.args and isinstance(arg := node.args[0], fx.Node) and key and key[0] in _keys(arg):
+        base = node = arg
+    return base
 
 
 def pointwise_elements(gm: fx.GraphModule) -> int:
