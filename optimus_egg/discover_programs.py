@@ -4,9 +4,9 @@ built bottom-up by size (Ruler's way) and run on concrete tensors as they are bu
 A program is a tree of :class:`Prog` nodes; its size is the number of ops (a split and the cat of
 its pieces are two; taking a piece ``t[i]`` is free). Programs are grouped by what they compute
 (:class:`Signature`: shape, the bits of its values on three draws of the inputs, and whether the
-result aliases an input), and only the first program of each group, its representative, is extended to bigger
-ones: a bigger program over another member is equal to one over the representative by
-congruence, which any e-graph proves for free.
+result aliases an input), and only the first program of each group, its representative, is
+extended to bigger ones: a bigger program over another member is equal to one over the
+representative by congruence, which any e-graph proves for free.
 """
 
 from __future__ import annotations

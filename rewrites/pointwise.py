@@ -78,10 +78,11 @@ NONNEG = [
 #: of something: f(cat(l)) is the cat of f of each piece, and f(f(a)) is f(a), so
 #: relu(cat([relu(x), y])) is relu(cat([x, y])) and relu(stack([y, relu(x)])) is
 #: relu(stack([y, x])). inner-gone l f: l with one such piece bare, derived in the analysis stage
-#: for the lists of f's cats and their tails (inner-wanted), in the cat's dtype (a cat that
-#: promotes converts a piece between the two fs). A function, one value per list: the list it
-#: gives has a piece fewer to bare and gets its own, so k such pieces take k lists (not the 2**k
-#: with and without each). A piece in its own class (relu(x) = relu(relu(x))) is not bared.
+#: for the lists of f's cats and their tails (inner-wanted), pieces in the cat's dtype (where a cat
+#: promotes, a conversion sits between the two fs, which the argument does not cover). A function,
+#: one value per list: the list it gives has a piece fewer to bare and gets its own, so k such
+#: pieces take k lists (not the 2**k with and without each). A piece is never bared to its own
+#: class (relu(x) = relu(relu(x))): no piece fewer, and the value kept first would hide x.
 IDEMPOTENT_OF_CAT = [
     Derive("inner-wanted", ("(= t (Unary f (Cat l)))", op_named("f", *IDEMPOTENT), "(= k (dtype t))"),
            ("(inner-wanted l f k)",), stage="analysis"),
