@@ -3,10 +3,10 @@ built bottom-up by size (Ruler's way) and run on concrete tensors as they are bu
 
 A program is a tree of :class:`Prog` nodes; its size is the number of ops (a split and the cat of
 its pieces are two; taking a piece ``t[i]`` is free). Programs are grouped by what they compute
-(:class:`Signature`: shape, values on two draws of the inputs, and whether the result aliases an
-input), and only the first program of each group, its representative, is extended to bigger
-ones: a bigger program over another member is equal to one over the representative by
-congruence, which any e-graph proves for free.
+(:class:`Signature`: shape, the bits of its values on three draws of the inputs, and whether the
+result aliases an input), and only the first program of each group, its representative, is
+extended to bigger ones: a bigger program over another member is equal to one over the
+representative by congruence, which any e-graph proves for free.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def function(progs: Sequence[Prog], inputs: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Signature:
-    """What a program computes, to compare programs: shape, the values on each draw (rounded),
+    """What a program computes, to compare programs: shape, the bits of its values on each draw,
     and whether it shares storage with an input (a view of ``x`` and a fresh copy of it differ)."""
 
     shape: Shape
@@ -161,9 +161,14 @@ class Signature:
 
 
 def draws(shape: Shape, inputs: Sequence[str], seed: int) -> list[dict[str, torch.Tensor]]:
-    """Two draws of the inputs: distinct values (so every element of a gather is told apart)
-    with random signs (so relu keeps some and zeroes others), and small integers (so that sums
-    and products are exact and repeat values)."""
+    """Three draws of the inputs: distinct values (so every element of a gather is told apart)
+    with random signs (so relu keeps some and zeroes others); small integers (so that values
+    repeat, and relu and sums meet zeros); and floats with full mantissas, on which products and
+    sums reassociated or distributed round otherwise (on integers they are exact, and a rule may
+    only equate what is equal in floating point): most of magnitude 2**-8 to 2**8, a quarter (the
+    same elements of every input) at the ends of float32's range, where a product underflows
+    (2**-70) or a sum of two overflows (2**127), as (x + x) + (y + y) does where (x + y) + (x + y)
+    need not."""
     gen = torch.Generator().manual_seed(seed)
     n = 1
     for s in shape:
@@ -172,15 +177,25 @@ def draws(shape: Shape, inputs: Sequence[str], seed: int) -> list[dict[str, torc
     signs = torch.randint(0, 2, (n * len(inputs),), generator=gen).float() * 2 - 1
     distinct = (perm * signs).split(n)
     small = torch.randint(-3, 4, (len(inputs), n), generator=gen).float()
-    return [{name: distinct[i].reshape(shape).clone() for i, name in enumerate(inputs)},
-            {name: small[i].reshape(shape).clone() for i, name in enumerate(inputs)}]
+    exponents = torch.randint(-8, 9, (len(inputs), n), generator=gen).float()
+    ends = torch.tensor([-70.0, 127.0])[torch.randint(0, 2, (n,), generator=gen)]
+    exponents = torch.where(torch.rand(n, generator=gen) < 0.25, ends, exponents)
+    mantissas = 1 + torch.rand(len(inputs), n, generator=gen) / 2  # below 2: 2**127 stays finite
+    floats = mantissas * exponents.exp2() * (torch.randint(0, 2, (len(inputs), n), generator=gen) * 2 - 1)
+    return [{name: d[i].reshape(shape).clone() for i, name in enumerate(inputs)}
+            for d in (distinct, small, floats)]
+
+
+def bits(t: torch.Tensor) -> bytes:
+    """A tensor's values as bytes: equal exactly where the values are, bit for bit (-0.0 is not
+    0.0: its sign shows in a division, and the rules keep it)."""
+    return t.contiguous().numpy().tobytes()
 
 
 def signature(values: Sequence[torch.Tensor], inputs: Sequence[dict[str, torch.Tensor]]) -> Signature:
     storages = {t.untyped_storage().data_ptr() for t in inputs[0].values()}
     aliases = values[0].untyped_storage().data_ptr() in storages
-    data = b"".join(v.contiguous().mul(1e4).round().to(torch.int64).numpy().tobytes() for v in values)
-    return Signature(tuple(values[0].shape), aliases, data)
+    return Signature(tuple(values[0].shape), aliases, b"".join(map(bits, values)))
 
 
 # -- enumeration ---------------------------------------------------------------------------------

@@ -5,7 +5,8 @@ tensor), the slices merge. Pulling an op out of a cat needs every piece to keep 
 that the cat of the operands concatenates the same values (no promotion).
 
 ``relu`` of a value that is never negative is that value (``relu(relu(x)) → relu(x)``,
-``relu(x * x) → x * x``): ``nonneg`` marks such values, through views, slices and cats.
+``relu(x * x) → x * x``): ``nonneg`` marks such values, through views, slices and cats. An
+idempotent op of a cat takes itself off the pieces: ``relu(cat([relu(x), y])) → relu(cat([x, y]))``.
 """
 
 from optimus_egg.calls import COMMUTES, DRAWS, EXACT
@@ -24,6 +25,8 @@ DECLARATIONS = """
 (function zip (TList TList String) TList :merge old)
 (relation nonneg (T))
 (relation nonneg-list (TList))
+(relation inner-wanted (TList String String))
+(function inner-gone (TList String) TList :merge old)
 """
 
 #: Moving an op out of a slice runs it on the rest of the tensor too: not for the calls that must run
@@ -38,6 +41,9 @@ FLOATING = ("float16", "bfloat16", "float32", "float64")
 #: A product that underflows to 0 passes no gradient through relu where the product alone passes
 #: 2x: in float32 and float64 only below |x| ~ 1e-23 (1e-162), not in half precision (1e-4).
 WIDE_FLOATS = ("float32", "float64")
+#: Ops f with f(f(x)) = f(x), in values and gradients (f'(f(x)) f'(x) = f'(x): relu's and abs's
+#: is 0 where f(x) is 0, the others' 0 everywhere).
+IDEMPOTENT = ("relu", "abs", "sign", "floor", "ceil", "trunc")
 
 
 def _nonneg(name: str, query: tuple[str, ...], dtypes: tuple[str, ...] | None = FLOATING) -> Derive:
@@ -66,6 +72,28 @@ NONNEG = [
            stage="analysis"),
     _nonneg("nonneg-cat", ("(nonneg-list l)", "(= t (Cat l))"), None),
     Rule("relu-of-nonneg", "(Unary f x)", "x", (op_named("f", "relu"), "(nonneg x)")),
+]
+
+#: An idempotent op of a cat is the op of the cat with the op gone from a piece that is that op
+#: of something: f(cat(l)) is the cat of f of each piece, and f(f(a)) is f(a), so
+#: relu(cat([relu(x), y])) is relu(cat([x, y])) and relu(stack([y, relu(x)])) is
+#: relu(stack([y, x])). inner-gone l f: l with one such piece bare, derived in the analysis stage
+#: for the lists of f's cats and their tails (inner-wanted), pieces in the cat's dtype (where a cat
+#: promotes, a conversion sits between the two fs, which the argument does not cover). A function,
+#: one value per list: the list it gives has a piece fewer to bare and gets its own, so k such
+#: pieces take k lists (not the 2**k with and without each). A piece is never bared to its own
+#: class (relu(x) = relu(relu(x))): no piece fewer, and the value kept first would hide x.
+IDEMPOTENT_OF_CAT = [
+    Derive("inner-wanted", ("(= t (Unary f (Cat l)))", op_named("f", *IDEMPOTENT), "(= k (dtype t))"),
+           ("(inner-wanted l f k)",), stage="analysis"),
+    Derive("inner-wanted-tail", ("(inner-wanted l f k)", "(= l (Cons a r d))"), ("(inner-wanted r f k)",),
+           stage="analysis"),
+    Derive("inner-gone-here", ("(inner-wanted l f k)", "(= l (Cons p r d))", "(= p (Unary f a))", "(!= p a)",
+                               "(= k (dtype a))", "(= k (dtype p))"),
+           ("(set (inner-gone l f) (Cons a r d))",), stage="analysis"),
+    Derive("inner-gone-later", ("(= m (inner-gone r f))", "(inner-wanted l f k)", "(= l (Cons p r d))"),
+           ("(set (inner-gone l f) (Cons p m d))",), stage="analysis"),
+    Rule("idempotent-of-cat", "(Unary f (Cat l))", "(Unary f (Cat m))", ("(= m (inner-gone l f))",)),
 ]
 
 RULES = [
@@ -129,4 +157,5 @@ RULES = [
     Rule("draw-out-of-squeeze", "(Binary f (Squeeze x d) (Squeeze t d))", "(Squeeze (Binary f x t) d)",
          (DRAWN,), stage="expand", covers="batch_dropout"),
     *NONNEG,
+    *IDEMPOTENT_OF_CAT,
 ]

@@ -210,6 +210,11 @@ RULES = [
            ("(union t (Sl (Move x c e) e i 1))",), covers="unbind_stack_pass"),
     Derive("cat-row", ("(= l (Cons p r e))", "(row-of p x c i)", "(!= c e)", "(>= e 0)", "(= m (size p e))",
                        "(> m 0)"), ("(union p (Sl (Flat (Move x c e) e) e (* i m) m))",), covers="split_cat_pass"),
+    # Rows of one element along c (x cut into blocks of 1) glued along the next dim: the dim
+    # moved past a dim of size 1 takes no element out of its place, so the copy is a view.
+    # cat(split(x, 1, 0), 1) → flatten(unsqueeze(x, 0), 1, 2).
+    Rule("move-past-one", "(Move (Unflat x d n) d e)", "(Unsqueeze x d)", ("(= e (+ d 1))", "(= n (size x d))"),
+         covers="split_cat_pass"),
     Rule("flat-unflat", "(Flat (Unflat x d n) d)", "x"),
     Rule("unflat-flat", "(Unflat (Flat x d) d n)", "x", ("(= n (size x d))",)),
     Rule("squeeze-unsqueeze", "(Squeeze (Unsqueeze x d) d)", "x", covers="unbind_stack_pass"),

@@ -8,7 +8,7 @@ from torch import nn
 from optimus_egg import optimize
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
-from tests.helpers import EAGER, Fn, check_training
+from tests.helpers import EAGER, Fn, check_training, launches
 from tests.helpers import check_rule as check
 
 X = torch.randn(2, 6, 4, 3)
@@ -30,10 +30,40 @@ def test_cat_of_all_pieces_along_another_dim_is_one_copy():
             report, gm = check(lambda x: torch.cat(torch.split(x, sizes, split_dim), cat_dim), X)
             assert not report.kept and report.rules_fired["cat-row"] > 0, (split_dim, cat_dim)
             assert _cats(gm) == 0 and _moved(gm) == 1, gm.code
-    # rows of 1 moved past a dim of 1: the copy is x itself in another shape, an output aliasing
-    # the input, which would need a copy of its own: the cat stays
+    # rows of 1 moved past a dim of 1: x itself in another shape (move-past-one), an output that
+    # would alias the input, so copied: one launch, as the cat
     report, gm = check(lambda x: torch.cat(torch.split(x, 1, 2), 3), X)
-    assert report.kept and report.kept_reason == "the outputs would need copies"
+    assert report.rules_fired["move-past-one"] > 0 and launches(gm, X) == 1
+    assert gm(X).untyped_storage().data_ptr() != X.untyped_storage().data_ptr()
+
+
+def test_rows_of_one_glued_along_the_next_dim_are_a_view():
+    """cat(split(t, 1, d), d + 1) is t with a 1 put at d and dims d, d + 1 merged; the stack is
+    the 1 alone (move-past-one: no copy, no cat)."""
+    for d in (0, 1, 2, -2):
+        for fn in (lambda x: torch.cat(torch.split(torch.tanh(x), 1, d), d % 4 + 1),
+                   lambda x: torch.stack(torch.split(torch.tanh(x), 1, d), d % 4 + 1)):
+            report, gm = check(fn, X)
+            assert report.rules_fired.get("move-past-one", 0) > 0, (d, report.rules_fired)
+            assert _cats(gm) == 0 and _moved(gm) == 0 and launches(gm, X) == 1, gm.code
+    check_training(M2(), X, **EAGER)
+
+
+class M2(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(3))
+
+    def forward(self, x):
+        return torch.relu(torch.cat(torch.split(x * self.w, 1, 1), 2))
+
+
+def test_rows_of_one_moved_further_or_blocks_are_still_copies():
+    for fn in (lambda x: torch.cat(torch.split(torch.tanh(x), 1, 1), 3),  # past a dim of 4
+               lambda x: torch.cat(torch.split(torch.tanh(x), 2, 1), 2),  # blocks of 2
+               lambda x: torch.stack(torch.split(torch.tanh(x), 1, 1), 3)):
+        report, gm = check(fn, X)
+        assert "move-past-one" not in report.rules_fired and _moved(gm) == 1, gm.code
 
 
 def test_stack_of_all_pieces_or_rows_along_another_dim_is_one_copy():
