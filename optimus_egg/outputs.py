@@ -66,6 +66,14 @@ def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[ir.Term, in
     out = list(leaves)
     for was, members in broken:
         old_base = _base(old_leaves[members[0]], was)
+        if _copied_whole(emitter, old_base, classes, was in inputs, [(old_leaves[i], leaves[i]) for i in members]):
+            # One fresh output that became a view (cat([x, x + y])[:3] → x[:3]): a copy of it
+            # is what the caller could see, where the base re-derived would be computed whole.
+            [i] = members
+            out[i] = graph.call_function(torch.clone, (leaves[i],))
+            fake_values.fake_run(out[i])
+            claimed[storage_key(val(out[i]))] = [None]
+            continue
         if was in inputs:
             base = emitter.inputs[tr.inputs.index(old_base)]
         else:
@@ -89,6 +97,19 @@ def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[ir.Term, in
                 raise RuntimeError(f"output {old_leaves[i].name} would change whether it requires grad")
     _erase_unused_views(graph, [old for old, new in zip(leaves, out) if old is not new], out)
     return out
+
+
+def _copied_whole(emitter: Emitter, old_base: fx.Node, classes: dict[ir.Term, int], was_input: bool,
+                  pairs: list[tuple[fx.Node, fx.Node]]) -> bool:
+    """Whether a group's one output is copied as it is, not re-derived from its base: it did not
+    alias an input, its grad flag is kept, and the base's class is not computed anyway (a view
+    of it would cost nothing)."""
+    if was_input or len(pairs) != 1:
+        return False
+    old, new = pairs[0]
+    term = emitter.tr.terms.get(old_base)
+    return (isinstance(val(new), torch.Tensor) and _grad(val(new)) == _grad(val(old))
+            and (term is None or classes.get(term) not in emitter.done))
 
 
 def _copy_view_chain(emitter: Emitter, old: fx.Node, key: Any, copies: dict[fx.Node, fx.Node],

@@ -53,6 +53,23 @@ def test_outputs_sharing_a_fresh_tensor_still_share_it_when_one_simplifies():
     assert piece.untyped_storage()._cdata not in _storages([x0, x1])
 
 
+def test_a_lone_output_that_became_a_view_of_an_input_is_one_copy_of_it():
+    # cat([x, x + y])[:3] is x[:3]: a copy of those rows, not the cat recomputed and sliced.
+    x, y = torch.randn(4, 6), torch.randn(4, 6)
+    fn = Fn(lambda x, y: torch.cat([x, x + y])[:3])
+    gm, report = optimize(fn, (x, y))
+    calls = [n.target for n in gm.graph.nodes if n.op in ("call_function", "call_method")]
+    assert torch.clone in calls and torch.cat not in calls and not report.kept
+    out = gm(x, y)
+    assert torch.equal(out, fn(x, y)) and out.untyped_storage()._cdata != x.untyped_storage()._cdata
+    # Returned beside its base, the rows stay a view of it: the cat is computed anyway.
+    both = Fn(lambda x, y: (lambda whole: (whole, whole[:3]))(torch.cat([x, x + y])))
+    gm, _ = optimize(both, (x, y))
+    whole, rows = gm(x, y)
+    assert rows.untyped_storage()._cdata == whole.untyped_storage()._cdata
+    assert torch.clone not in [n.target for n in gm.graph.nodes]
+
+
 def test_piece_of_a_cat_that_requires_grad_still_requires_grad():
     # Found by the fuzzer: split(cat([b, d]))[-1] became d, which was detached, so the output
     # no longer required grad (backward through it raised). It is re-derived from the cat.
