@@ -250,9 +250,9 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
 def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs: bool,
              dropped: Sequence[str], reason: str) -> fx.GraphModule:
     """The graph optimized again without the families ``dropped``, or kept as written where none
-    of them ran: the rewrite costs the training step what the cost models do not price
-    (``reason``, :mod:`optimus_egg.bounds`)."""
-    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
+    of them ran: the rewrite costs the step what the cost models do not price (``reason``,
+    :mod:`optimus_egg.bounds`)."""
+    names = _families(options)
     kept = rewrites.without(names, dropped)
     if not kept or len(kept) == len(names):  # nothing left, or none of them ran
         raise Keep(reason)
@@ -262,9 +262,12 @@ def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outp
     return new_gm
 
 
+def _families(options: Options) -> Sequence[str]:
+    return options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
+
+
 def _batches(options: Options) -> bool:
-    names = options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-    return any(n in rewrites.BATCHING_FAMILIES for n in names)
+    return any(n in rewrites.BATCHING_FAMILIES for n in _families(options))
 
 
 def _around_mode_switches(gm: fx.GraphModule, switch: fx.Node, options: Options, report: Report,
