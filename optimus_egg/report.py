@@ -114,6 +114,7 @@ class Report:
             self.rules_fired[k] = self.rules_fired.get(k, 0) + v
         for k, v in part.seconds.items():
             self.seconds[k] = self.seconds.get(k, 0.0) + v
+        self.dropped.update(part.dropped)
         self.cost_model, self.extractor = part.cost_model or self.cost_model, part.extractor or self.extractor
         self.cache_hit = part.cache_hit if first else self.cache_hit and part.cache_hit
         self.kept = part.kept if first else self.kept and part.kept
@@ -131,6 +132,7 @@ class Report:
             return f"optimus_egg: left the graph unchanged ({self.fallback})"
         fired = ", ".join(f"{k}×{v}" for k, v in sorted(self.rules_fired.items(), key=lambda kv: -kv[1]))
         kept = f" ({self.kept_reason or 'nothing cheaper'}: graph kept as it was)" if self.kept else ""
+        kept += "".join(f" (without {name}: {why})" for name, why in self.dropped.items())
         if self.zone_nodes:
             kept += (f" (around {self.zone_nodes} calls kept as written between mode switches, not counted;"
                      f" {self.segments} graphs optimized)")

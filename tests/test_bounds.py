@@ -141,6 +141,7 @@ def test_inference_keeps_experts_unbatched_where_batching_would_restack_their_la
     model = _requires_grad(model.eval(), False)
     report, gm = check(model, *inputs)
     assert "horizontal" in report.dropped and report.kernels_after < report.kernels_before
+    assert "(without horizontal: it would copy pieces of a result into a stack)" in report.summary()
     assert restacked(gm) <= restacked(capture(model, inputs))
     unbounded, _ = optimize(model, inputs, memory_bound=False)
     assert restacked(unbounded) > restacked(capture(model, inputs))
