@@ -26,6 +26,8 @@ where a split's is one cat (:func:`loose_slices`).
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import torch
 import torch.fx as fx
 
@@ -39,29 +41,27 @@ def saved_copies(gm: fx.GraphModule) -> int:
     it saves them for the backward. 0 where no input requires grad."""
     if not any(t.requires_grad for t in _inputs(gm)):
         return 0
-    total = 0
-    for node in gm.graph.nodes:
-        entry = optable.lookup(node)
-        value = val(node)
-        if entry is None or entry.name not in optable.CATS or not isinstance(value, torch.Tensor):
-            continue
-        if any(_contraction(r) and _needs_grad(r) for r in _readers(node, storage_key(value))):
-            total += _bytes(value)
-    return total
+    return sum(_bytes(val(cat)) for cat in _cats_matmuls_read(gm, differentiated=True))
 
 
 def restacked(gm: fx.GraphModule) -> int:
     """Bytes of cats and stacks of views of computed tensors that a matmul reads (through views):
     a copy Inductor makes, where a pointwise reader would fuse it."""
-    total = 0
+    return sum(_bytes(val(cat)) for cat in _cats_matmuls_read(gm, differentiated=False)
+               if cat.args and _views_of_results(cat.args[0]))
+
+
+def _cats_matmuls_read(gm: fx.GraphModule, differentiated: bool) -> Iterator[fx.Node]:
+    """The cats and stacks a matmul reads, through views (``differentiated``: a matmul whose
+    result requires grad)."""
     for node in gm.graph.nodes:
         entry = optable.lookup(node)
         value = val(node)
-        if (entry is not None and entry.name in optable.CATS and isinstance(value, torch.Tensor) and node.args
-                and _views_of_results(node.args[0])
-                and any(_contraction(r) for r in _readers(node, storage_key(value)))):
-            total += _bytes(value)
-    return total
+        if entry is None or entry.name not in optable.CATS or not isinstance(value, torch.Tensor):
+            continue
+        if any(_contraction(r) and (not differentiated or _needs_grad(r))
+               for r in _readers(node, storage_key(value))):
+            yield node
 
 
 def _views_of_results(pieces: object) -> bool:

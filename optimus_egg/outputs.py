@@ -65,11 +65,12 @@ def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[ir.Term, in
             broken.append((was, members))
     out = list(leaves)
     for was, members in broken:
-        old_base = _base(old_leaves[members[0]], was)
-        if _copied_whole(emitter, old_base, classes, was in inputs, [(old_leaves[i], leaves[i]) for i in members]):
+        i = members[0]
+        old_base = _base(old_leaves[i], was)
+        if len(members) == 1 and was not in inputs and _copied_whole(emitter, old_base, classes, old_leaves[i],
+                                                                     leaves[i]):
             # One fresh output that became a view (cat([x, x + y])[:3] → x[:3]): a copy of it
             # is what the caller could see, where the base re-derived would be computed whole.
-            [i] = members
             out[i] = graph.call_function(torch.clone, (leaves[i],))
             fake_values.fake_run(out[i])
             claimed[storage_key(val(out[i]))] = [None]
@@ -99,14 +100,11 @@ def keep_aliasing(emitter: Emitter, leaves: list[Any], classes: dict[ir.Term, in
     return out
 
 
-def _copied_whole(emitter: Emitter, old_base: fx.Node, classes: dict[ir.Term, int], was_input: bool,
-                  pairs: list[tuple[fx.Node, fx.Node]]) -> bool:
-    """Whether a group's one output is copied as it is, not re-derived from its base: it did not
-    alias an input, its grad flag is kept, and the base's class is not computed anyway (a view
-    of it would cost nothing)."""
-    if was_input or len(pairs) != 1:
-        return False
-    old, new = pairs[0]
+def _copied_whole(emitter: Emitter, old_base: fx.Node, classes: dict[ir.Term, int], old: fx.Node,
+                  new: fx.Node) -> bool:
+    """Whether a group's one output, fresh in the original, is copied as it is, not re-derived
+    from its base: its grad flag is kept, and the base's class is not computed anyway (a view of
+    it would cost nothing)."""
     term = emitter.tr.terms.get(old_base)
     return (isinstance(val(new), torch.Tensor) and _grad(val(new)) == _grad(val(old))
             and (term is None or classes.get(term) not in emitter.done))

@@ -252,7 +252,7 @@ def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outp
     """The graph optimized again without the families ``dropped``, or kept as written where none
     of them ran: the rewrite costs the step what the cost models do not price (``reason``,
     :mod:`optimus_egg.bounds`)."""
-    names = _families(options)
+    names = rewrites.named(options.families)
     kept = rewrites.without(names, dropped)
     if not kept or len(kept) == len(names):  # nothing left, or none of them ran
         raise Keep(reason)
@@ -262,12 +262,8 @@ def _without(gm: fx.GraphModule, options: Options, report: Report, disjoint_outp
     return new_gm
 
 
-def _families(options: Options) -> Sequence[str]:
-    return options.families if options.families is not None else rewrites.DEFAULT_FAMILIES
-
-
 def _batches(options: Options) -> bool:
-    return any(n in rewrites.BATCHING_FAMILIES for n in _families(options))
+    return any(n in rewrites.BATCHING_FAMILIES for n in rewrites.named(options.families))
 
 
 def _around_mode_switches(gm: fx.GraphModule, switch: fx.Node, options: Options, report: Report,

@@ -147,9 +147,14 @@ BATCHING_FAMILIES = ("horizontal",)
 POINTWISE_FAMILIES = ("pointwise",)
 
 
+def named(names: Sequence[str] | None) -> tuple[str, ...]:
+    """The families a run uses: ``names``, or (None) the defaults."""
+    return DEFAULT_FAMILIES if names is None else tuple(names)
+
+
 def without(names: Sequence[str] | None, dropped: Sequence[str]) -> tuple[str, ...]:
     """The families ``names`` (None: the defaults) without those ``dropped``."""
-    return tuple(n for n in (DEFAULT_FAMILIES if names is None else names) if n not in dropped)
+    return tuple(n for n in named(names) if n not in dropped)
 
 
 def _check_stage(rule: "AnyRule") -> None:
@@ -244,8 +249,7 @@ def user_code_error(what: str, exc: BaseException) -> ValueError:
 
 def families(names: tuple[str, ...] | list[str] | None = None) -> list[Family]:
     """The analysis family plus the requested ones (default: all)."""
-    wanted = list(DEFAULT_FAMILIES if names is None else names)
-    out = [family("analysis"), *(family(n) for n in dict.fromkeys(wanted) if n != "analysis")]
+    out = [family("analysis"), *(family(n) for n in dict.fromkeys(named(names)) if n != "analysis")]
     owners: dict[str, list[str]] = {}
     for fam in out:
         for rule in fam.rules:
