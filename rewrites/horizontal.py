@@ -57,6 +57,7 @@ class Form(IntEnum):
     NORM_AFFINE = 2  # layer norm with weight and bias
     NORM = 3  # layer norm without
     MM = 4  # grouped by depth, not height
+    NORM2_AFFINE = 5  # layer norm over the last two dims, with weight and bias
 
 
 DECLARATIONS = """
@@ -80,7 +81,8 @@ DECLARATIONS = """
 (function one-input-weights (T) TList :merge old)
 (function one-input-biases (T) TList :merge old)
 (function one-input-offset (T) i64 :merge (min old new))
-; a batched group: template, height, n, i, o (a layer norm: i = o = d), dtype, Form
+; a batched group: template, height, n, i, o (a layer norm: i = o = d; over two dims, i and o are
+; those two), dtype, Form
 (datatype Group (Batch String i64 i64 i64 i64 String i64))
 ; a member's group and operands; the group's first and last pos and size; each member's
 ; successor and index; and from each member to the last, its operands stacked along a new dim 0
@@ -249,6 +251,17 @@ def norm_member(affine: bool) -> tuple[str, ...]:
             *(params if affine else ()))
 
 
+def norm2_member() -> tuple[str, ...]:
+    """``t = layer_norm(x, w, b)``: ``x`` is ``[n, i, o]``, ``w`` and ``b`` ``[i, o]`` (which proves
+    that the last two dims are normalized), one dtype."""
+    return ("(call3 t k x w b)", "(norm-key k)", "(= 3 (rank x))", "(= n (size x 0))", "(= i (size x 1))",
+            "(= o (size x 2))", "(= dt (dtype x))", "(= 0 (output t))", "(= h (height t))",
+            *(f"(= {fact} ({what} {v}))" for v in "wb"
+              for fact, what in (("2", "rank"), ("dt", "dtype"))),
+            *(f"(= {d} (size {v} {j}))" for v in "wb" for j, d in enumerate("io")),
+            '(!= dt "float16")', '(!= dt "bfloat16")')
+
+
 batched = partial(seed, covers="batch_linear/batch_layernorm")
 MEMBER_AT = ("(= s (group-of a))", "(= p (pos a))")  # member a of group s, at pos p
 
@@ -278,6 +291,8 @@ RULES += [
     seed("batch-norm-member", norm_member(True),
          (f"(set (group-of t) {group_key(Form.NORM_AFFINE, 'i', 'i')})", *operands("x", "w", "b")),
          covers="batch_layernorm"),
+    seed("batch-norm2-member", norm2_member(),
+         (f"(set (group-of t) {group_key(Form.NORM2_AFFINE)})", *operands("x", "w", "b")), covers="batch_layernorm"),
     seed("batch-norm-member-no-affine", norm_member(False),
          (f"(set (group-of t) {group_key(Form.NORM, 'i', 'i')})", *operands("x")), covers="batch_layernorm"),
     # Each group chained in descending pos: its ends, each member's successor and index.
@@ -305,8 +320,8 @@ RULES += [
 
 
 def shape(t: str, dims: str) -> tuple[str, ...]:
-    """Actions: ``t`` is ``[dims]`` (three of n, g, o), of dtype ``dt``."""
-    return (f"(set (rank {t}) 3)", f"(set (dtype {t}) dt)", *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
+    """Actions: ``t`` is ``[dims]`` (the sizes bound to those names), of dtype ``dt``."""
+    return (f"(set (rank {t}) {len(dims)})", f"(set (dtype {t}) dt)", *(f"(set (size {t} {d}) {v})" for d, v in enumerate(dims)))
 
 
 def group_member(form: Form, lists: tuple[str, ...]) -> tuple[str, ...]:
@@ -315,10 +330,11 @@ def group_member(form: Form, lists: tuple[str, ...]) -> tuple[str, ...]:
             "(> g 1)", "(= p (group-first s))", "(= p (pos hd))", *(f"(= {v} ({OPERAND[v]} hd))" for v in lists))
 
 
-def as_select_of(fused: str, form: Form, lists: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``fused`` ([g, n, o])."""
+def as_select_of(fused: str, form: Form, lists: tuple[str, ...], dims: str = "gno"
+                 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Member ``a`` of a group of ``g > 1`` (head ``hd``) is select ``m`` of ``fused`` (``[dims]``)."""
     query = group_member(form, lists)
-    actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", *shape("r", "gno"))
+    actions = (f"(let r {fused})", "(union a (Squeeze (Sl r 0 m 1) 0))", *shape("r", dims))
     return query, actions
 
 
@@ -338,6 +354,8 @@ RULES += [
     seed("batch-norm-as-select-of-addcmul", *as_select_of(NORM_ADDCMUL, Form.NORM_AFFINE, ("xs", "ws", "bs")),
          covers="batch_layernorm"),
     seed("batch-norm-as-select-of-norm", *as_select_of(PLAIN_NORM, Form.NORM, ("xs",)), covers="batch_layernorm"),
+    seed("batch-norm2-as-select-of-addcmul",
+         *as_select_of(NORM_ADDCMUL, Form.NORM2_AFFINE, ("xs", "ws", "bs"), dims="gnio"), covers="batch_layernorm"),
 ]
 
 
@@ -360,6 +378,7 @@ class Tiling:
     key: str
     width: str
     bias: bool
+    dim: int = 1  # the dim of x the pieces tile
 
     @property
     def at(self) -> str:
@@ -377,7 +396,7 @@ class Tiling:
     def tile(self) -> tuple[str, ...]:
         """Member ``a`` of group ``s`` reads the piece of ``x`` at ``st``."""
         return ("(= s (group-of a))", f"(= s {self.key})", "(= xa (group-input a))",
-                f"(= xa (Sl x 1 st {self.width}))")
+                f"(= xa (Sl x {self.dim} st {self.width}))")
 
     @property
     def on_tile(self) -> str:
@@ -395,7 +414,7 @@ class Tiling:
 
     @property
     def last_piece(self) -> str:
-        return f"(= (+ st {self.width}) (size x 1))"
+        return f"(= (+ st {self.width}) (size x {self.dim}))"
 
     def cons(self, rest: str) -> tuple[str, ...]:
         """Actions: the stacks from ``st`` on are the piece's operands, then ``rest`` (default:
@@ -421,20 +440,33 @@ class Tiling:
         the stacks of all the pieces."""
         return (*self.tile, self.on_tile, f"(= a ({self.at} s x st))",
                 *(f"(= {v} ({self.stack(v)} s x 0))" for v in self.lists),
-                "(= W (size x 1))", f"(= g (/ W {self.width}))", "(> g 1)")
+                f"(= W (size x {self.dim}))", f"(= g (/ W {self.width}))", "(> g 1)")
 
 
 # Layer norms with weights: select st / d of addcmul(stack(b), norm(x as [n, g, d]), stack(w)) is
-# member a, its own piece normalized, times its own weight plus its own bias.
+# member a, its own piece normalized, times its own weight plus its own bias. Over two dims, the
+# pieces tile x [n, i, g * d] along dim 2: x viewed as [n, i, g, d], dims 1 and 2 swapped (a view),
+# is [n, g, i, d], whose last two dims each norm normalizes.
 TILED_NORMS = Tiling("norm", group_key(Form.NORM_AFFINE, "d", "d"), "d", bias=True)
+TILED_NORMS2 = Tiling("norm", group_key(Form.NORM2_AFFINE, "i", "d"), "d", bias=True, dim=2)
 TILED_PLAIN_NORM = f'(Op (+ k "-plain") {args("(Unflat x 1 g)")})'  # the norm of x viewed as [n, g, d]
-TILED_NORM_ADDCMUL = f"(Op {built('addcmul')} {args('(Cat bs)', TILED_PLAIN_NORM, '(Cat ws)')})"
+TILED_X2 = f"(Op {built('transpose', 1, 2)} {args('(Unflat x 2 g)')})"  # x as [n, g, i, d]
+TILED_PLAIN_NORM2 = f'(Op (+ k "-plain") {args(TILED_X2)})'
+
+
+def tiled_norm_addcmul(plain: str) -> str:
+    return f"(Op {built('addcmul')} {args('(Cat bs)', plain, '(Cat ws)')})"
+
+
 RULES += [
     *TILED_NORMS.stack_rules("", covers="batch_layernorm"),
     seed("tiled-norm-as-select-of-addcmul", TILED_NORMS.whole,
-         (f"(let r {TILED_NORM_ADDCMUL})", "(union a (Squeeze (Sl r 1 (/ st d) 1) 1))", "(set (rank r) 3)",
-          "(set (size r 0) n)", "(set (size r 1) g)", "(set (size r 2) d)", "(set (dtype r) dt)"),
-         covers="batch_layernorm"),
+         (f"(let r {tiled_norm_addcmul(TILED_PLAIN_NORM)})", "(union a (Squeeze (Sl r 1 (/ st d) 1) 1))",
+          *shape("r", "ngd")), covers="batch_layernorm"),
+    *TILED_NORMS2.stack_rules("-two-dims", covers="batch_layernorm"),
+    seed("tiled-norm-as-select-of-addcmul-two-dims", TILED_NORMS2.whole,
+         (f"(let r {tiled_norm_addcmul(TILED_PLAIN_NORM2)})", "(union a (Squeeze (Sl r 1 (/ st d) 1) 1))",
+          *shape("r", "ngid")), covers="batch_layernorm"),
 ]
 
 # Linears: one baddbmm (bmm without bias) reads x as [g, n, i] (x viewed as [n, g, i], its two

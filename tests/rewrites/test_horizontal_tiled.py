@@ -306,3 +306,49 @@ def test_windows_that_start_inside_a_tile_are_no_select_of_the_tiled_result(make
     1 // 2 = 0 of the tiled linear or norm (a wrong answer, found in review): it keeps its own."""
     torch.manual_seed(0)
     check(Windows(starts, make, shared), torch.randn(5, 8), cost_model=cost_model)
+
+
+class Norms2(nn.Module):
+    """Layer norms over the last two dims ``(5, 10)`` of pieces of ``x`` [2, 5, 10 * n], each with
+    its own ``[5, 10]`` weight and bias; ``starts`` picks where each piece begins along dim 2."""
+
+    def __init__(self, starts: list[int], dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.starts = starts
+        self.norms = nn.ModuleList(nn.LayerNorm((5, 10), dtype=dtype) for _ in starts)
+        for p in self.norms.parameters():
+            nn.init.normal_(p)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([n(x[:, :, s:s + 10]) for n, s in zip(self.norms, self.starts)], 2)
+
+
+def test_layer_norms_over_two_dims_of_the_pieces_of_a_tensor_read_it_as_a_view():
+    # x [2, 5, 60] viewed as [2, 5, 6, 10], dims 1 and 2 swapped: one norm over [2, 6, 5, 10]
+    # (float64: the batched backward sums the weights' gradients in another order)
+    model = Norms2([30, 0, 20, 10, 50, 40], dtype=torch.float64)
+    x = torch.randn(2, 5, 60, dtype=torch.float64, requires_grad=True)
+    report, gm = check(model, x.detach())
+    assert report.rules_fired["tiled-norm-as-select-of-addcmul-two-dims"] == 6
+    assert calls_named(gm, "layer_norm") == 1 and calls_named(gm, "addcmul") == 1
+    assert launches(gm, x.detach()) < launches(model, x.detach())
+    assert_same_gradients(model, gm, x)
+
+
+def test_layer_norms_over_two_dims_of_pieces_that_tile_nothing_read_a_stack_of_them():
+    # every other 10 columns unread: the pieces are stacked, not read as a view
+    model = Norms2([0, 20, 40, 60, 80, 100], dtype=torch.float64)
+    x = torch.randn(2, 5, 120, dtype=torch.float64, requires_grad=True)
+    report, gm = check(model, x.detach())
+    assert "tiled-norm-as-select-of-addcmul-two-dims" not in report.rules_fired
+    assert report.rules_fired["batch-norm2-as-select-of-addcmul"] == 6 and calls_named(gm, "layer_norm") == 1
+    assert_same_gradients(model, gm, x)
+
+
+def test_layer_norms_over_the_last_dim_or_in_half_precision_are_not_two_dim_members():
+    report, _ = check(Norms(), torch.randn(2, 48, 8))  # [8] weights: over the last dim alone
+    assert "batch-norm2-member" not in report.rules_fired
+    half = Norms2([0, 10]).bfloat16()  # the affine after the norm would round once more
+    _, report = optimize(half, (torch.randn(2, 5, 20).bfloat16(),), **EAGER)
+    assert "batch-norm2-member" not in report.rules_fired
