@@ -8,7 +8,7 @@ order a cat that glues the outputs back reads them in, so the cat of the members
 output itself, not a copy of each.
 
 - linears that read one input ``x`` (one call template, key ``k``) → one linear on the
-  concatenated weights, each output a slice of it (Optimus' batch_linear_lhs);
+  concatenated weights, each output a slice of it (Optimus' batch_linear_lhs; ``one_input``);
 - linears on different inputs of one shape (``[n, i] → [n, o]``, one dtype, one template, so one
   device) → one ``baddbmm`` (``bmm`` without bias) over the stacked inputs, weights and biases,
   each output a select of it (Optimus' batch_linear). Only linears of equal ``height`` are
@@ -23,9 +23,11 @@ output itself, not a copy of each.
   ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
   each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
   and biases (Optimus' batch_layernorm). With weights, ``[d]``-shaped ones prove that only the
-  last dim is normalized. Where the inputs tile one ``[n, g * d]`` tensor along dim 1 (a split of
-  features), the norm reads that tensor viewed as ``[n, g, d]`` and the outputs are selects along
-  dim 1: the input costs no copy, and a cat of the outputs in order is a view of the result;
+  last dim is normalized, ``[i, d]``-shaped ones the last two (of ``[n, i, d]`` inputs). Where
+  the inputs tile one ``[n, g * d]`` tensor along dim 1 (a split of features), the norm reads that
+  tensor viewed as ``[n, g, d]`` (over two dims, ``[n, i, g * d]`` along dim 2, viewed as
+  ``[n, g, i, d]``) and the outputs are selects along dim 1: the input costs no copy, and a cat
+  of the outputs in order is a view of the result;
 - matmuls ``mm(x, w)`` of one shape at one ``depth`` (the longest chain up to an output, so again
   no member reads another) → one ``bmm`` over the stacked operands, each output a select of it
   (Optimus' batch_linear_post_grad): a backward's weight gradients, which only the output reads,
@@ -46,7 +48,7 @@ from typing import Iterable, Mapping, Sequence
 
 from optimus_egg.calls import built
 from optimus_egg.ir import Term
-from optimus_egg.rewrites import Derive, Written, WrittenRows, args, op_named, rows
+from optimus_egg.rewrites import Derive, Written, WrittenRows, args, one_input, op_named, rows
 
 
 class Form(IntEnum):
@@ -68,19 +70,7 @@ DECLARATIONS = """
 (relation call1 (T String T))
 (relation call2 (T String T T))
 (relation call3 (T String T T T))
-; linears on one input: one-input-linear k x i a w (a, at pos i, is linear(x, w[, b]) of key k),
-; one-input-bias a b its bias if it has one; the group's first (highest) and last pos, each
-; member's successor, and from each member to the last: its weights, its biases, and its offset
-; into the fused output
-(relation one-input-linear (String T i64 T T))
-(relation one-input-bias (T T))
-(function one-input-first (String T) i64 :merge (max old new))
-(function one-input-last (String T) i64 :merge (min old new))
-(function one-input-below (T String T) i64 :merge (max old new))
-(function one-input-next (T) i64 :merge (max old new))
-(function one-input-weights (T) TList :merge old)
-(function one-input-biases (T) TList :merge old)
-(function one-input-offset (T) i64 :merge (min old new))
+""" + one_input.DECLARATIONS + """
 ; a batched group: template, height, n, i, o (a layer norm: i = o = d; over two dims, i and o are
 ; those two), dtype, Form
 (datatype Group (Batch String i64 i64 i64 i64 String i64))
@@ -99,7 +89,7 @@ DECLARATIONS = """
 (function group-inputs (T) TList :merge old)
 (function group-weights (T) TList :merge old)
 (function group-biases (T) TList :merge old)
-; layer norms with weights over the pieces that tile x along dim 1: the member whose input is the
+; layer norms with weights over the pieces that tile x along a dim: the member whose input is the
 ; piece at st, and the weights and biases of the pieces from st on
 (function tiled-norm-at (Group T i64) T :merge old)
 (function tiled-norm-weights (Group T i64) TList :merge old)
@@ -152,57 +142,7 @@ RULES = [
     *rows.RULES,
 ]
 
-# Linears on one input x (Optimus' batch_linear_lhs): one linear on the concatenated weights.
-one_input = partial(seed, covers="batch_linear_lhs")
-#: Member a, at pos i, of the group of the linears of key k on x; c at pos j, a's successor.
-LINEAR_A = "(one-input-linear k x i a w)"
-LINEAR_C = "(one-input-linear k x j c w2)"
-#: A member's weight: 2-d, of the dtype ``dt``; the member is no output.
-LINEAR_WEIGHT = ("(linear-key k)", "(= dt (dtype w))", "(= 2 (rank w))", "(= 0 (output a))", "(= i (pos a))")
-RULES += [
-    # A member: with a bias of w's dtype as long as w is tall (a bias of one element, or none of
-    # rank 1, broadcasts: it has no slice in a concatenated bias), or without one (a key of its
-    # own: a template without the bias). The group rules read this relation, not the terms, which
-    # egglog would pair again every round.
-    one_input("linear-member", ("(call3 a k x w b)", *LINEAR_WEIGHT, "(= dt (dtype b))", "(= 1 (rank b))",
-                                "(= o (size w 0))", "(= o (size b 0))"), (LINEAR_A, "(one-input-bias a b)")),
-    one_input("linear-member-no-bias", ("(call2 a k x w)", *LINEAR_WEIGHT), (LINEAR_A,)),
-    # The group's ends and each member's successor (found as for the batched groups: group-below).
-    one_input("linear-group-ends", (LINEAR_A,), ("(set (one-input-first k x) i)", "(set (one-input-last k x) i)")),
-    one_input("linear-group-below", (LINEAR_A,), ("(set (one-input-below a k x) i)",)),
-    one_input("linear-group-below-up", ("(= j (one-input-below b k x))", "(call-before c b)", "(= q (pos c))",
-                                        "(< q (one-input-first k x))"), ("(set (one-input-below c k x) j)",)),
-    one_input("linear-group-next", (LINEAR_A, "(call-before a e)", "(= j (one-input-below e k x))", "(> i j)"),
-              ("(set (one-input-next a) j)",)),
-    # The weights and biases from each member to the last, built from the last one up.
-    one_input("linear-group-last", (LINEAR_A, "(= i (one-input-last k x))"),
-              ("(set (one-input-weights a) (Cons w (Nil) 0))",)),
-    one_input("linear-group-cons", (LINEAR_A, "(= j (one-input-next a))", LINEAR_C, "(= ws (one-input-weights c))"),
-              ("(set (one-input-weights a) (Cons w ws 0))",)),
-    one_input("linear-group-last-bias", (LINEAR_A, "(= i (one-input-last k x))", "(one-input-bias a b)"),
-              ("(set (one-input-biases a) (Cons b (Nil) 0))",)),
-    one_input("linear-group-cons-bias", (LINEAR_A, "(one-input-bias a b)", "(= j (one-input-next a))", LINEAR_C,
-                                         "(= bs (one-input-biases c))"),
-              ("(set (one-input-biases a) (Cons b bs 0))",)),
-    # Each member's offset into the fused output: the widths of the members before it.
-    one_input("linear-group-first-offset", (LINEAR_A, "(= i (one-input-first k x))"),
-              ("(set (one-input-offset a) 0)",)),
-    one_input("linear-group-offset", (LINEAR_A, "(= o (one-input-offset a))", "(= j (one-input-next a))", LINEAR_C,
-                                      "(= r (rank a))", "(= n (size a (- r 1)))"),
-              ("(set (one-input-offset c) (+ o n))",)),
-]
-#: Member a of a group of two or more (a linear alone is its fused form already), at offset o,
-#: n wide along its last dim r - 1; the head h, at the first pos, holds the lists.
-ONE_INPUT_MEMBER = (LINEAR_A, "(= f (one-input-first k x))", "(= l (one-input-last k x))", "(< l f)",
-                    "(one-input-linear k x f h w3)", "(= ws (one-input-weights h))",
-                    "(= o (one-input-offset a))", "(= r (rank a))", "(= n (size a (- r 1)))")
-RULES += [
-    # linear(x, w_a, b_a) = linear(x, cat(ws), cat(bs))[..., o:o+n], and without biases alike.
-    one_input("linear-as-slice-of-fused", (*ONE_INPUT_MEMBER, "(= bs (one-input-biases h))"),
-              (f"(union a (Sl (Op k {args('x', '(Cat ws)', '(Cat bs)')}) (- r 1) o n))",)),
-    one_input("linear-as-slice-of-fused-no-bias", (*ONE_INPUT_MEMBER, "(call2 a k x w)"),
-              (f"(union a (Sl (Op k {args('x', '(Cat ws)')}) (- r 1) o n))",)),
-]
+RULES += one_input.RULES
 
 # Batched groups: linears, layer norms or matmuls on inputs of one shape, one op over the stacks.
 
@@ -359,13 +299,14 @@ RULES += [
 ]
 
 
-# Batched groups whose inputs tile one tensor along dim 1: the op reads that tensor as a view.
+# Batched groups whose inputs tile one tensor (along dim 1, or 2 for norms over two dims): the op
+# reads that tensor as a view.
 
 
 @dataclass(frozen=True)
 class Tiling:
     """Groups of ``kind`` (``norm`` or ``linear``) with key ``key`` whose members read the pieces
-    that tile one tensor ``x`` along dim 1, ``width`` wide, each with a weight (and a bias).
+    that tile one tensor ``x`` along ``dim``, ``width`` wide, each with a weight (and a bias).
 
     Members are keyed by where their piece starts (``tiled-KIND-at s x st``), so that the stacks
     follow the pieces' order whatever the program order. Each start has one owner (the function
