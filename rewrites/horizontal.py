@@ -20,7 +20,7 @@ output itself, not a copy of each.
   of the inputs stacked along dim 1 (of the tensor viewed as ``[n, g, i]`` where they tile it),
   each output a select along dim 1 of it: nothing is stacked per member or copied back;
 - layer norms of one template (so one ``normalized_shape`` and ``eps``) on inputs of one shape
-  ``[n, d]`` → one layer norm over the stacked inputs (a new leading dim is never normalized),
+  ``[n, d]`` (or ``[n, i, d]``) → one layer norm over the stacked inputs (a new leading dim is never normalized),
   each member's own weight and bias applied after it by one ``addcmul`` over the stacked weights
   and biases (Optimus' batch_layernorm). With weights, ``[d]``-shaped ones prove that only the
   last dim is normalized, ``[i, d]``-shaped ones the last two (of ``[n, i, d]`` inputs). Where
@@ -60,6 +60,7 @@ class Form(IntEnum):
     NORM = 3  # layer norm without
     MM = 4  # grouped by depth, not height
     NORM2_AFFINE = 5  # layer norm over the last two dims, with weight and bias
+    NORM3 = 6  # layer norm without, of an [n, i, o] input
 
 
 DECLARATIONS = """
@@ -191,15 +192,15 @@ def norm_member(affine: bool) -> tuple[str, ...]:
             *(params if affine else ()))
 
 
-def norm2_member() -> tuple[str, ...]:
-    """``t = layer_norm(x, w, b)``: ``x`` is ``[n, i, o]``, ``w`` and ``b`` ``[i, o]`` (which proves
-    that the last two dims are normalized), one dtype."""
-    return ("(call3 t k x w b)", "(norm-key k)", "(= 3 (rank x))", "(= n (size x 0))", "(= i (size x 1))",
-            "(= o (size x 2))", "(= dt (dtype x))", "(= 0 (output t))", "(= h (height t))",
-            *(f"(= {fact} ({what} {v}))" for v in "wb"
-              for fact, what in (("2", "rank"), ("dt", "dtype"))),
-            *(f"(= {d} (size {v} {j}))" for v in "wb" for j, d in enumerate("io")),
-            '(!= dt "float16")', '(!= dt "bfloat16")')
+def norm3_member(affine: bool) -> tuple[str, ...]:
+    """``t = layer_norm(x[, w, b])``: ``x`` is ``[n, i, o]``, one dtype; with weights, ``w`` and
+    ``b`` are ``[i, o]`` (which proves that the last two dims are normalized)."""
+    call = "(call3 t k x w b)" if affine else "(call1 t k x)"
+    params = (*(f"(= {fact} ({what} {v}))" for v in "wb" for fact, what in (("2", "rank"), ("dt", "dtype"))),
+              *(f"(= {d} (size {v} {j}))" for v in "wb" for j, d in enumerate("io")),
+              '(!= dt "float16")', '(!= dt "bfloat16")')
+    return (call, "(norm-key k)", "(= 3 (rank x))", "(= n (size x 0))", "(= i (size x 1))", "(= o (size x 2))",
+            "(= dt (dtype x))", "(= 0 (output t))", "(= h (height t))", *(params if affine else ()))
 
 
 batched = partial(seed, covers="batch_linear/batch_layernorm")
@@ -231,8 +232,10 @@ RULES += [
     seed("batch-norm-member", norm_member(True),
          (f"(set (group-of t) {group_key(Form.NORM_AFFINE, 'i', 'i')})", *operands("x", "w", "b")),
          covers="batch_layernorm"),
-    seed("batch-norm2-member", norm2_member(),
+    seed("batch-norm2-member", norm3_member(True),
          (f"(set (group-of t) {group_key(Form.NORM2_AFFINE)})", *operands("x", "w", "b")), covers="batch_layernorm"),
+    seed("batch-norm3-member-no-affine", norm3_member(False),
+         (f"(set (group-of t) {group_key(Form.NORM3)})", *operands("x")), covers="batch_layernorm"),
     seed("batch-norm-member-no-affine", norm_member(False),
          (f"(set (group-of t) {group_key(Form.NORM, 'i', 'i')})", *operands("x")), covers="batch_layernorm"),
     # Each group chained in descending pos: its ends, each member's successor and index.
@@ -296,6 +299,8 @@ RULES += [
     seed("batch-norm-as-select-of-norm", *as_select_of(PLAIN_NORM, Form.NORM, ("xs",)), covers="batch_layernorm"),
     seed("batch-norm2-as-select-of-addcmul",
          *as_select_of(NORM_ADDCMUL, Form.NORM2_AFFINE, ("xs", "ws", "bs"), dims="gnio"), covers="batch_layernorm"),
+    seed("batch-norm3-as-select-of-norm", *as_select_of(PLAIN_NORM, Form.NORM3, ("xs",), dims="gnio"),
+         covers="batch_layernorm"),
 ]
 
 

@@ -352,3 +352,31 @@ def test_layer_norms_over_the_last_dim_or_in_half_precision_are_not_two_dim_memb
     half = Norms2([0, 10]).bfloat16()  # the affine after the norm would round once more
     _, report = optimize(half, (torch.randn(2, 5, 20).bfloat16(),), **EAGER)
     assert "batch-norm2-member" not in report.rules_fired
+
+
+@pytest.mark.parametrize("normalized", [(10,), (5, 10), (2, 5, 10)])
+def test_layer_norms_without_weights_of_3d_inputs_become_one_norm_of_their_stack(normalized):
+    # a new leading dim is never normalized, whatever the normalized shape
+    def fn(x):
+        return torch.cat([F.layer_norm(p, normalized) for p in x.split(10, 2)], 2)
+
+    x = torch.randn(2, 5, 60, dtype=torch.float64, requires_grad=True)
+    report, gm = check(fn, x.detach())
+    assert report.rules_fired["batch-norm3-as-select-of-norm"] == 6 and calls_named(gm, "layer_norm") == 1
+    torch.testing.assert_close(torch.autograd.grad(gm(x).square().sum(), x), torch.autograd.grad(fn(x).square().sum(), x))
+
+
+def test_layer_norms_without_weights_of_3d_inputs_of_other_shapes_or_heights_are_not_fused():
+    def fn(x):  # pieces of two shapes: two groups of one, each kept as written
+        return torch.cat([F.layer_norm(p, (5, p.shape[2])) for p in x.split([10, 20], 2)], 2)
+
+    report, _ = check(fn, torch.randn(2, 5, 30))
+    assert "batch-norm3-as-select-of-norm" not in report.rules_fired
+
+    def chain(x):  # each norm reads the last: no two of one height
+        for _ in range(3):
+            x = F.layer_norm(x, (5, 10))
+        return x
+
+    report, _ = check(chain, torch.randn(2, 5, 10))
+    assert "batch-norm3-as-select-of-norm" not in report.rules_fired
