@@ -59,7 +59,7 @@ from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_MOVED_OBJECTS
                                          CPU_UNROLLED_OBJECTS, CUDA_POINTWISE_CAT, MAX_SCATTERED, UNROLLED_REDUCTION,
                                          Group, Prediction, UnionFind)
 from optimus_egg.ir import Term
-from optimus_egg.optable import (BATCHED_MATMULS, EXP_OPS, FREE_CONSTRUCTORS, INDIRECT, MATMULS, TWO_PASS,
+from optimus_egg.optable import (BATCHED_MATMULS, FREE_CONSTRUCTORS, HEAVY_OPS, INDIRECT, MATMULS, TWO_PASS,
                                  keeps_last_dim, unit_reshape)
 
 def _numel(fact: Fact | None) -> int | None:
@@ -145,7 +145,7 @@ class Simulation:
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
         self.distributed: set[Term] = set()  # pointwise ops computed piece by piece (see distribute)
         self.slotted: set[Term] = set()  # pointwise and reduction terms that write a cat slot
-        self.exp: set[Term] = set()  # pointwise terms whose expression (inlined producers too) calls exp
+        self.heavy: set[Term] = set()  # pointwise terms whose expression (inlined producers too) calls a heavy op
         self.move_readers: dict[Term, list[Term | None]] = {}  # a Move (or a unit reshape of one) -> its readers
 
     def fact(self, term: Term) -> Fact | None:
@@ -304,9 +304,9 @@ class Simulation:
 
     def stored_for_reuse(self, term: Term) -> bool:
         """CPU: Inductor stores a pointwise result that several ops read when its expression calls
-        ``exp`` or ``sigmoid`` (too dear to recompute in each reader): a loop of its own wherever
+        a heavy op (``HEAVY_OPS``: too dear to recompute in each reader): a loop of its own wherever
         the readers do not read it whole."""
-        return self.device == "cpu" and term in self.exp and self.readers.get(term, 0) > 1
+        return self.device == "cpu" and term in self.heavy and self.readers.get(term, 0) > 1
 
     def _whole(self, view: Term) -> bool:
         """Does ``view`` show all of the tensor it views (a reshape, not a slice)?"""
@@ -340,9 +340,9 @@ class Simulation:
         self.kind[term] = kind
         if kind == "pointwise" and self.distribute(term, args):
             return
-        if kind == "pointwise" and (call is not None and call.name in EXP_OPS
-                                    or any(self.src[a] in self.exp for a in args)):
-            self.exp.add(term)
+        if kind == "pointwise" and (call is not None and call.name in HEAVY_OPS
+                                    or any(self.src[a] in self.heavy for a in args)):
+            self.heavy.add(term)
         if kind in ("pointwise", "reduction"):
             g = self.new_group(term, kind, depth)
             self.uf.groups[g].shared = call is not None and call.name in INDIRECT

@@ -18,7 +18,7 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "EXP_OPS", "FREE_CONSTRUCTORS",
+__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "HEAVY_OPS",
            "IDENTITY_VIEWS", "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS",
            "MATMULS", "MODE_SWITCHES", "NO_KERNEL", "NONNEGATIVE", "OPS", "REARRANGING", "REDUCTIONS", "SINGULAR",
            "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind", "OpDef", "functional_name", "keeps_last_dim", "lookup",
@@ -206,9 +206,11 @@ LOOP_OPS = frozenset({"clone", "contiguous", "to", "type", "float", "half", "dou
 INDIRECT = frozenset({"embedding", "gather", "index_select", "getitem"})
 #: Reductions whose decomposition reads an intermediate in two passes (softmax's exponentials).
 TWO_PASS = frozenset({"softmax", "log_softmax"})
-#: Pointwise ops whose Inductor code calls ``exp`` or ``sigmoid``: on CPU a result computed with
-#: one, read by several ops, is stored once rather than recomputed in each reader.
-EXP_OPS = frozenset({"exp", "sigmoid", "silu", "softplus", "mish", "logsigmoid", "softmax", "log_softmax"})
+#: Pointwise ops whose Inductor code calls one of the ops its CPU backend counts heavy (``exp``,
+#: ``log`` of any base, ``log1p``, ``sigmoid``, ``tanh``: ``should_realize_on_reuse``): on CPU a
+#: result computed with one, read by several ops, is stored once rather than recomputed in each.
+HEAVY_OPS = frozenset({"exp", "sigmoid", "expit", "silu", "softplus", "mish", "logsigmoid", "softmax", "log_softmax",
+                       "tanh", "tanhshrink", "log", "log2", "log10", "log1p", "logit"})
 #: ATen ops that launch nothing although their schema does not say so: a view whose result the
 #: schema leaves unmarked (``mm`` + ``_unsafe_view`` is a 3-D ``linear`` without bias), and
 #: allocations, which reserve memory and run no kernel.

@@ -131,6 +131,9 @@ def test_inductor_model_matches_inductor_on_cat_slots_shared_reads_and_in_place_
              # a relu is recomputed in each reader (a GRU's gates taken before the sigmoid: 1)
              (_gates_after_sigmoid, (torch.randn(8, 48), x), 2), (_gates_before_sigmoid, (torch.randn(8, 48), x), 1),
              (lambda g: _halves(torch.sigmoid(g)), (x,), 3), (lambda g: _halves(torch.relu(g)), (x,), 2),
+             # so is a tanh or a log (the CPU backend's heavy ops), not an abs
+             (lambda g: _halves(torch.tanh(g)), (x,), 3), (lambda g: _halves(torch.log1p(g.abs())), (x,), 3),
+             (lambda g: _halves(torch.abs(g)), (x,), 2),
              # a layer norm over the rows of another's output: two reductions over other ranges
              (lambda x: F.layer_norm(F.layer_norm(x, (10,), W3[0][0, :10], W3[0][1, :10]), (5, 10)), (torch.randn(4, 5, 10),), 16),
              # layer norms of rows whose scale and shift a later kernel applies (batched norms:
