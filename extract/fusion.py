@@ -56,8 +56,8 @@ from optimus_egg.calls import Registry, Slot
 from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_MOVED_OBJECTS, CPU_REDUCTION_OBJECTS,
-                                         CPU_UNROLLED_OBJECTS, CUDA_POINTWISE_CAT, MAX_SCATTERED, UNROLLED_REDUCTION,
-                                         Group, Prediction, UnionFind)
+                                         CPU_UNROLLED_OBJECTS, CUDA_POINTWISE_CAT, MAX_SCATTERED, REALIZED_READS,
+                                         UNROLLED_REDUCTION, Group, Prediction, UnionFind)
 from optimus_egg.ir import Term
 from optimus_egg.optable import (BATCHED_MATMULS, FREE_CONSTRUCTORS, HEAVY_OPS, INDIRECT, MATMULS, TWO_PASS,
                                  keeps_last_dim, unit_reshape)
@@ -140,6 +140,8 @@ class Simulation:
         self.epilogues: list[tuple[Term, Term]] = []  # (pointwise reader, reduction), decided last
         self.moved: set[Term] = set()  # reductions whose pointwise tail a later kernel computes
         self.readers: dict[Term, int] = {}  # a term -> how many terms (or outputs) read it
+        self.users: dict[Term, int] = {}  # ... directly, a view being one (Inductor's users of its node)
+        self.loads: dict[Term, frozenset[Term]] = {}  # a pointwise term -> what its code loads, producers inlined
         self.not_matmul_read: set[Term] = set()  # terms something other than a library matmul reads
         self.numels: dict[Term, int | None] = {}
         self.pieces: dict[Term, list[Term]] = {}  # a CPU cat -> its pieces that matmuls wrote
@@ -188,6 +190,9 @@ class Simulation:
                     self.move_readers[a].append(term)
             if op == "Move" or kind == "view" and args and args[0] in self.move_readers and self._unit_reshape(term):
                 self.move_readers[term] = []
+            if kind != "list":
+                for a in set(args):
+                    self.users[a] = self.users.get(a, 0) + 1
             if kind == "view" and args:
                 views[term] = views.get(args[0], args[0])
             elif kind != "list":
@@ -198,6 +203,7 @@ class Simulation:
         for r in roots:
             if r in self.move_readers:
                 self.move_readers[r].append(None)
+            self.users[r] = self.users.get(r, 0) + 1
             r = views.get(r, r)
             self.readers[r] = self.readers.get(r, 0) + 1
             self.not_matmul_read.add(r)
@@ -303,10 +309,11 @@ class Simulation:
         return unit_reshape(fact[0], inner[0])
 
     def stored_for_reuse(self, term: Term) -> bool:
-        """CPU: Inductor stores a pointwise result that several ops read when its expression calls
-        a heavy op (``HEAVY_OPS``: too dear to recompute in each reader): a loop of its own wherever
-        the readers do not read it whole."""
-        return self.device == "cpu" and term in self.heavy and self.readers.get(term, 0) > 1
+        """Inductor stores a pointwise result that several ops read when its expression loads more
+        than ``REALIZED_READS`` tensors or (CPU) calls a heavy op (``HEAVY_OPS``): too dear to
+        recompute in each reader, it is a loop of its own wherever the readers do not read it whole."""
+        return self.users.get(term, 0) > 1 and (self.device == "cpu" and term in self.heavy
+                                                 or len(self.loads.get(term, ())) > REALIZED_READS)
 
     def _whole(self, view: Term) -> bool:
         """Does ``view`` show all of the tensor it views (a reshape, not a slice)?"""
@@ -343,6 +350,10 @@ class Simulation:
         if kind == "pointwise" and (call is not None and call.name in HEAVY_OPS
                                     or any(self.src[a] in self.heavy for a in args)):
             self.heavy.add(term)
+        if kind == "pointwise":
+            self.loads[term] = frozenset().union(*(
+                self.loads[s] if s in self.loads and not self.stored_for_reuse(s) else {a}
+                for a, s in ((a, self.src[a]) for a in args)))
         if kind in ("pointwise", "reduction"):
             g = self.new_group(term, kind, depth)
             self.uf.groups[g].shared = call is not None and call.name in INDIRECT
@@ -454,7 +465,7 @@ class Simulation:
                 continue
             write = Term("Op", ("<copy>", a, term, slot))
             self.kind[write], self.src[write] = "copy", write
-            inlined = self.kind[s] == "pointwise"  # a piece of a pointwise kernel is recomputed
+            inlined = self.kind[s] == "pointwise" and not self.stored_for_reuse(s)  # a piece of it is recomputed
             g = self.new_group(write, "copy", self.depth[s] if inlined else self.level(a))
             self.uf.groups[g].needed = True
             if not inlined:

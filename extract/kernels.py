@@ -21,6 +21,9 @@ CPU_EPILOGUE_OBJECTS = 4
 UNROLLED_REDUCTION = 8
 #: Loop nests the CPU backend writes for such an op unrolled (1 when not listed).
 CPU_UNROLLED_OBJECTS = {"softmax": 2, "log_softmax": 4, "layer_norm": 3}
+#: A pointwise result several ops read is stored where its code loads more tensors than this
+#: (``config.realize_reads_threshold``).
+REALIZED_READS = 4
 #: CUDA lowers a cat of at most this many pieces as one pointwise kernel.
 CUDA_POINTWISE_CAT = 8
 #: The most graph inputs the backend's post-grad pass (:func:`optimus_egg.cleanup.scatter_input_stacks`)

@@ -134,6 +134,11 @@ def test_inductor_model_matches_inductor_on_cat_slots_shared_reads_and_in_place_
              # so is a tanh or a log (the CPU backend's heavy ops), not an abs
              (lambda g: _halves(torch.tanh(g)), (x,), 3), (lambda g: _halves(torch.log1p(g.abs())), (x,), 3),
              (lambda g: _halves(torch.abs(g)), (x,), 2),
+             # ... and read by two slots of one cat: a loop, and one for each slot
+             (lambda g: _alternating(torch.sigmoid(g), g), (x,), 4), (lambda g: _alternating(g.abs(), g), (x,), 3),
+             # a result whose code loads more than four tensors is stored too, on any device
+             (lambda *t: _alternating(t[0] * t[1] + t[2] * t[3] - t[4], t[0]), _distinct(5), 4),
+             (lambda *t: _alternating(t[0] * t[1] + t[2] - t[3], t[0]), _distinct(4), 3),
              # a layer norm over the rows of another's output: two reductions over other ranges
              (lambda x: F.layer_norm(F.layer_norm(x, (10,), W3[0][0, :10], W3[0][1, :10]), (5, 10)), (torch.randn(4, 5, 10),), 16),
              # layer norms of rows whose scale and shift a later kernel applies (batched norms:
@@ -145,6 +150,14 @@ def test_inductor_model_matches_inductor_on_cat_slots_shared_reads_and_in_place_
 def _rows_normed_then_scaled(x):
     normed = F.layer_norm(x.unflatten(1, (3, 10)), (10,))
     return torch.addcmul(torch.stack(list(W3[1][:3, :10])), normed, torch.stack(list(W3[2][:3, :10])))
+
+
+def _distinct(n):
+    return tuple(torch.randn(8, 16) for _ in range(n))
+
+
+def _alternating(s, x):
+    return torch.cat([s[:2], -x[2:4], s[4:6]], 0)
 
 
 def _halves(s):
