@@ -30,6 +30,7 @@ from typing import Iterator
 
 import torch
 import torch.fx as fx
+from torch.utils import _pytree as pytree
 
 from optimus_egg import optable
 from optimus_egg.effects import StorageKey, storage_key
@@ -94,6 +95,35 @@ def loose_slices(gm: fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes
                if n.op in ("call_function", "call_method") and n.target in optable.SLICING and n.args
                and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
+
+
+def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
+    """Storages of the graph's inputs that autograd may save for the backward: read (through
+    views) by an op whose result requires grad and whose gradient reads its operands. A caller
+    may write an input between the step's forward and its backward where eager saved a copy of
+    it (the cat of its pieces that a matmul read): a rewrite must not save the input instead."""
+    out = set()
+    for node in gm.graph.nodes:
+        if node.op not in ("placeholder", "get_attr"):
+            continue
+        for key in {storage_key(t) for t in tensors(value_in(gm, node))} - {None}:
+            if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key)):
+                out.add(key)
+    return out
+
+
+def saved_outputs(gm: fx.GraphModule) -> set[int]:
+    """The outputs (by place) that autograd saves for the backward: results that require grad
+    of an op whose gradient reads its result (a tanh). Written in place by the caller, they fail
+    the backward, where eager's were a cat of such results, saved apart."""
+    leaves = pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args[0])
+    return {i for i, n in enumerate(leaves) if isinstance(n, fx.Node) and _needs_grad(n)
+            and (entry := optable.lookup(n)) is not None and entry.name in optable.GRADIENT_OF_RESULT}
+
+
+def _reads_operands(node: fx.Node) -> bool:
+    entry = optable.lookup(node)
+    return entry is None or entry.name not in optable.GRADIENT_WITHOUT_OPERANDS
 
 
 def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:

@@ -18,8 +18,8 @@ import torch
 import torch.fx as fx
 import torch.nn.functional as F
 
-__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS", "HEAVY_OPS",
-           "IDENTITY_VIEWS", "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS",
+__all__ = ["BATCHED_MATMULS", "CATS", "COMMUTATIVE", "CONTRACTIONS", "DROPOUTS", "FREE_CONSTRUCTORS",
+           "GRADIENT_OF_RESULT", "GRADIENT_WITHOUT_OPERANDS", "HEAVY_OPS", "IDENTITY_VIEWS", "INDIRECT", "INPLACE_METHODS", "INPLACE_OPERATORS", "LAYOUT_READERS", "LOOP_OPS",
            "MATMULS", "MODE_SWITCHES", "NO_KERNEL", "NONNEGATIVE", "OPS", "REARRANGING", "REDUCTIONS", "SINGULAR",
            "SLICING", "TWO_PASS", "UNDECLARED_WRITES", "Kind", "OpDef", "functional_name", "keeps_last_dim", "lookup",
            "unit_reshape"]
@@ -211,6 +211,15 @@ TWO_PASS = frozenset({"softmax", "log_softmax"})
 #: result computed with one, read by several ops, is stored once rather than recomputed in each.
 HEAVY_OPS = frozenset({"exp", "sigmoid", "expit", "silu", "softplus", "mish", "logsigmoid", "softmax", "log_softmax",
                        "tanh", "tanhshrink", "log", "log2", "log10", "log1p", "logit"})
+#: Ops whose gradient reads none of their tensor operands (it reads the incoming gradient alone,
+#: or the result, or a mask): autograd saves no operand of theirs.
+GRADIENT_WITHOUT_OPERANDS = frozenset({"add", "sub", "neg", "cat", "concat", "concatenate", "stack", "clone",
+                                       "contiguous", "to", "type", "float", "double", "sum", "mean", "expand",
+                                       "expand_as", "relu", "sigmoid", "expit", "tanh", "exp", "softmax",
+                                       "log_softmax", "dropout"})
+#: Ops whose gradient reads their result: autograd saves the tensor they return.
+GRADIENT_OF_RESULT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "expit", "softmax", "log_softmax", "sqrt",
+                                "rsqrt", "reciprocal"})
 #: ATen ops that launch nothing although their schema does not say so: a view whose result the
 #: schema leaves unmarked (``mm`` + ``_unsafe_view`` is a 3-D ``linear`` without bias), and
 #: allocations, which reserve memory and run no kernel.

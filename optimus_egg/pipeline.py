@@ -230,6 +230,10 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
+    if bounds.saved_inputs(new_gm) - bounds.saved_inputs(gm):
+        raise Keep("the backward would save an input the caller may write, where it saved a copy")
+    if bounds.saved_outputs(new_gm) - bounds.saved_outputs(gm):
+        raise Keep("the backward would save an output the caller may write")
     if cheaper is None and bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):

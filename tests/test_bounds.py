@@ -145,3 +145,54 @@ def test_inference_keeps_experts_unbatched_where_batching_would_restack_their_la
     assert restacked(gm) <= restacked(capture(model, inputs))
     unbounded, _ = optimize(model, inputs, memory_bound=False)
     assert restacked(unbounded) > restacked(capture(model, inputs))
+
+
+class GluedBackThenMatmul(nn.Module):
+    """``cat(split(x)) @ w``: eager saves the cat for ``w``'s gradient, not ``x``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(8, 4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat(x.split(4, 1), 1) @ self.w
+
+
+def test_an_input_is_not_saved_where_a_copy_of_it_was():
+    # x written between the forward and the backward, as eager allows: w's gradient is eager's
+    model, x = GluedBackThenMatmul(), torch.randn(6, 8)
+    _, report = optimize(model, (x,))
+    assert report.kept and "save an input" in report.kept_reason
+    for p in model.parameters():
+        p.grad = None
+    out = torch.compile(model, backend="optimus_egg")(x.clone())
+    want_x = x.clone()
+    want = model(want_x)
+    grads = []
+    for y, written in ((out, x), (want, want_x)):
+        torch._dynamo.reset()
+        written.add_(1)
+        model.w.grad = None
+        y.sum().backward()
+        grads.append(model.w.grad)
+    torch.testing.assert_close(*grads)
+    # without a gradient for w nothing is saved: cat(split(x)) is x
+    _, report = optimize(_requires_grad(GluedBackThenMatmul(), False), (x,))
+    assert not report.kept
+
+
+def test_an_output_is_not_saved_where_the_caller_could_write_it():
+    def fn(x):  # eager saves each tanh, the cat it returns is the caller's to write
+        a, b = x.split(4, 1)
+        return torch.cat([a.tanh(), b.tanh()], 1)
+
+    x = torch.randn(6, 8, requires_grad=True)
+    _, report = optimize(Fn(fn), (x,))
+    assert report.kept and "save an output" in report.kept_reason
+    torch._dynamo.reset()
+    out = torch.compile(fn, backend="optimus_egg")(x)
+    out.mul_(2)
+    out.sum().backward()  # no "modified by an inplace operation"
+    torch.testing.assert_close(x.grad, 2 * (1 - x.detach().tanh() ** 2))
+    _, report = optimize(Fn(fn), (x.detach(),))  # without grad the tanh moves out of the cat
+    assert not report.kept

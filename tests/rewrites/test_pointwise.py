@@ -124,14 +124,13 @@ def test_detached_pieces_glued_back_are_the_detached_input():
     def fn(x, y):
         return torch.cat([p.detach() for p in x.split(4, 1)], 1) * y, torch.cat([torch.relu(p.detach()) for p in x.split(8, 1)], 1)
 
-    x, y = torch.randn(4, 16, requires_grad=True), torch.randn(4, 16, requires_grad=True)
+    # (y without grad: a product with y's gradient would save x itself where eager saves the cat,
+    # and the graph is kept: test_bounds.test_an_input_is_not_saved_where_a_copy_of_it_was)
+    x, y = torch.randn(4, 16, requires_grad=True), torch.randn(4, 16)
     _, gm = check(fn, x, y)
     assert launches(gm, x, y) == 2 < launches(fn, x, y)  # the mul and the relu: no cat left
     prod, relu = gm(x, y)
-    assert prod.requires_grad and not relu.requires_grad
-    prod.sum().backward()  # the gradient reaches y only, as in eager
-    assert x.grad is None
-    torch.testing.assert_close(y.grad, x.detach())
+    assert not prod.requires_grad and not relu.requires_grad
 
 
 def test_a_cat_of_detached_and_attached_pieces_is_kept():
