@@ -232,8 +232,6 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         raise Keep("an input would lose its gradient")
     if bounds.saved_inputs(new_gm) - bounds.saved_inputs(gm):
         raise Keep("the backward would save an input the caller may write, where it saved a copy")
-    if bounds.saved_outputs(new_gm) - bounds.saved_outputs(gm):
-        raise Keep("the backward would save an output the caller may write")
     if cheaper is None and bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
@@ -245,6 +243,10 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # backward's stacks of gradients for one bmm are what ``rewrite_backward`` decides.
         return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
                         "it would copy pieces of a result into a stack")
+    if bounds.saved_outputs(new_gm) - bounds.saved_outputs(gm):
+        # (no copy helps: AOTAutograd saves the copy, the one tensor of the value it returns)
+        return _without(gm, options, report, disjoint_outputs, rewrites.POINTWISE_FAMILIES,
+                        "the backward would save an output the caller may write")
     if bounds.pointwise_elements(new_gm) > bounds.pointwise_elements(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.POINTWISE_FAMILIES,
                         "pieces would be recomputed, each with a gradient")
