@@ -98,15 +98,18 @@ def loose_slices(gm: fx.GraphModule) -> int:
 
 
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
-    """Storages of the graph's inputs that autograd may save for the backward: read (through
-    views) by an op whose result requires grad and whose gradient reads its operands. A caller
-    may write an input between the step's forward and its backward where eager saved a copy of
-    it (the cat of its pieces that a matmul read): a rewrite must not save the input instead."""
+    """Storages of the graph's inputs without grad (data, not parameters) that autograd may save
+    for the backward: read (through views) by an op whose result requires grad and whose
+    gradient reads its operands. A caller may write such an input between the step's forward
+    and its backward where eager saved a copy of it (the cat of its pieces that a matmul read):
+    a rewrite must not save the input instead. (A parameter is written by the optimizer after
+    the backward, an input with grad not in place at all while autograd holds it.)"""
     out = set()
     for node in gm.graph.nodes:
         if node.op not in ("placeholder", "get_attr"):
             continue
-        for key in {storage_key(t) for t in tensors(value_in(gm, node))} - {None}:
+        values = [t for t in tensors(value_in(gm, node)) if not t.requires_grad]
+        for key in {storage_key(t) for t in values} - {None}:
             if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key)):
                 out.add(key)
     return out
