@@ -10,10 +10,10 @@ rule families, and a member is *proven* when its root ends in the class of the g
 member (eager model, then Inductor's). The rest are reported, most profitable first (under the
 eager model and in the kernels eager actually launches, which differ where a flatten of a strided
 view copies; the model's gain is over what the member's own class extracts to, so a class that
-already holds a form as cheap as the cheapest member gains nothing from a rule), each as a before → after pair of programs and a candidate rule in the format of
-``rewrites/`` with the shapes and dims it held on and those a program of the same form was not
-equal. Candidates are printed, never installed: a rule needs its side conditions proven, which
-is a human's job.
+already holds a form as cheap as the cheapest member gains nothing from a rule), each as a
+before → after pair of programs and a candidate rule in the format of ``rewrites/`` with the
+shapes and dims it held on and those a program of the same form was not equal. Candidates are
+printed, never installed: a rule needs its side conditions proven, which is a human's job.
 """
 
 from __future__ import annotations
@@ -123,7 +123,9 @@ def check_batch(groups: list[list[Prog]], shape: Shape, inputs: Sequence[str], f
     namespace: dict[str, Any] = {"torch": torch}
     exec(compile(function(flat, inputs), "<discover>", "exec"), namespace)
     gm = fx.symbolic_trace(namespace["f"])
-    _Values(gm).run(*(torch.randn(shape) for _ in inputs))
+    xs = [torch.randn(shape) for _ in inputs]
+    results = _Values(gm).run(*xs)
+    storages = {x.untyped_storage().data_ptr() for x in xs}
     tr = translate(gm)
     roots = list(tr.outputs)
     fams_written = [f.written for f in fams if f.written]
@@ -142,11 +144,12 @@ def check_batch(groups: list[list[Prog]], shape: Shape, inputs: Sequence[str], f
         members = []
         for prog in g:
             one = Dag([roots[k]], facts)
-            written, extracted = eager.total(one), prices[classes[k]]
-            if written > 0 and extracted[0] == 0:  # a view of an input: the pipeline copies a fresh output
-                extracted = (1.0, extracted[1] + 1)
-            members.append(_Member(prog, shape, values[k], classes[k], written, inductor.total(one), tr.registry,
-                                   extracted))
+            # a fresh result takes a kernel to write, whatever the models see: a flatten of a
+            # strided view copies, and the pipeline copies an output that became an input's view
+            least = float(results[k].untyped_storage().data_ptr() not in storages)
+            e, i = prices[classes[k]]
+            members.append(_Member(prog, shape, values[k], classes[k], max(eager.total(one), least),
+                                   max(inductor.total(one), least), tr.registry, (max(e, least), max(i, least))))
             k += 1
         out.append(members)
     return out, stats.stop_reason

@@ -82,6 +82,17 @@ def test_a_member_whose_class_extracts_as_cheap_is_no_gain():
     assert finding.eager_gain <= 0 < finding.launches_gain
 
 
+def test_a_fresh_result_costs_a_kernel_the_models_do_not_see():
+    """A flatten of a strided view copies, which the models price as a view: a fresh result is
+    at least one kernel, as written and as its class extracts; a view stays free."""
+    picked = Prog("select", (1, 1), (X,), 1)
+    flat = Prog("flatten", (0, 1), (picked,), 2)
+    ((copy,), (view,)), _ = check_batch([[flat], [picked]], (2, 3, 4), ("x",), rewrites.families(None),
+                                        Budget(30, 50_000, 5.0))
+    assert (copy.eager, copy.inductor, copy.extracted) == (1, 1, (1, 1))
+    assert (view.eager, view.extracted[0]) == (0, 0)
+
+
 def test_findings_are_equal_unproven_and_well_formed():
     summary, findings = discover([(4, 6)], ("x",), 2, ["split_cat", "pointwise"], batch=100)
     assert summary.programs > 100 and summary.groups < summary.programs
