@@ -113,6 +113,13 @@ RULES = [
     Derive("append-cons", ("(app-wanted l r)", "(= l (Cons a t d))", "(= o (app t r))"),
            ("(set (app l r) (Cons a o d))",), stage="analysis"),
     Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "o", ("(>= d 0)", "(= o (app (Cons h t d) r))")),
+    # Two cats of two pieces each, glued along another dim, are four blocks, which glue the
+    # other way round as well: cat([cat([a, b], e), cat([c, d], e)], f) is
+    # cat([cat([a, c], f), cat([b, d], f)], e) where a and c are as wide along e (so b and d are).
+    # Where the inner cats repeat a piece (cat([x, x]), cat([y, y])), the new ones are one cat.
+    Rule("cat-blocks", "(Cat (Cons (Cat (Cons a (Cons b (Nil) e) e)) (Cons (Cat (Cons c (Cons d (Nil) e) e)) (Nil) f) f))",
+         "(Cat (Cons (Cat (Cons a (Cons c (Nil) f) f)) (Cons (Cat (Cons b (Cons d (Nil) f) f)) (Nil) e) e))",
+         ("(>= e 0)", "(>= f 0)", "(!= e f)", "(= w (size a e))", "(= w (size c e))"), stage="expand"),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),
