@@ -18,6 +18,8 @@ DECLARATIONS = """
 (relation slice-run (T TList T i64 i64 i64 i64))
 (relation row-wanted (T))
 (relation slice-in (T TList T i64 i64 i64))
+(relation restack-wanted (TList i64 i64))
+(function restacked (TList i64) TList :merge old)
 """
 
 
@@ -222,6 +224,25 @@ RULES = [
     # cat(split(x, 1, 0), 1) → flatten(unsqueeze(x, 0), 1, 2).
     Rule("move-past-one", "(Move (Unflat x d n) d e)", "(Unsqueeze x d)", ("(= e (+ d 1))", "(= n (size x d))"),
          covers="split_cat_pass"),
+    # The copy of a stack along c with dim c moved to e, or with a neighbour of c moved to c (c
+    # then goes where that dim was), is the stack of the same pieces along e: the other dims keep
+    # their order. movedim(stack([x, y], 0), 1, 0) is stack([x, y], 1). restacked l e: the list
+    # l of pieces unsqueezed at c, each unsqueezed at e instead, derived cell by cell in the
+    # analysis stage for the stacks a Move reads (a function: one list per stack and place).
+    Derive("restack-moved", ("(= t (Move (Cat l) c e))", "(= l (Cons h r c))"), ("(restack-wanted l c e)",),
+           stage="analysis"),
+    Derive("restack-past", ("(= t (Move (Cat l) e c))", "(= l (Cons h r c))", "(= 1 (abs (- e c)))"),
+           ("(restack-wanted l c e)",), stage="analysis"),
+    Derive("restack-tail", ("(restack-wanted l c e)", "(= l (Cons h r c))"), ("(restack-wanted r c e)",),
+           stage="analysis"),
+    Derive("restack-nil", ("(restack-wanted l c e)", "(= l (Nil))"), ("(set (restacked l e) (Nil))",),
+           stage="analysis"),
+    Derive("restack-cons", ("(= o (restacked r e))", "(restack-wanted l c e)", "(= l (Cons (Unsqueeze p c) r c))"),
+           ("(set (restacked l e) (Cons (Unsqueeze p e) o e))",), stage="analysis"),
+    Rule("move-of-stack", "(Move (Cat l) c e)", "(Cat o)", ("(= l (Cons h r c))", "(= o (restacked l e))"),
+         covers="unbind_stack_pass"),
+    Rule("move-past-stack", "(Move (Cat l) e c)", "(Cat o)", ("(= l (Cons h r c))", "(= 1 (abs (- e c)))",
+                                                             "(= o (restacked l e))"), covers="unbind_stack_pass"),
     Rule("flat-unflat", "(Flat (Unflat x d n) d)", "x"),
     Rule("unflat-flat", "(Unflat (Flat x d) d n)", "x", ("(= n (size x d))",)),
     Rule("squeeze-unsqueeze", "(Squeeze (Unsqueeze x d) d)", "x", covers="unbind_stack_pass"),
