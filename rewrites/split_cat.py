@@ -119,7 +119,8 @@ RULES = [
     # other way round as well: cat([cat([a, b], e), cat([c, d], e)], f) is
     # cat([cat([a, c], f), cat([b, d], f)], e) where a and c are as wide along e (so b and d are).
     # Where the inner cats repeat a piece (cat([x, x]), cat([y, y])), the new ones are one cat.
-    Rule("cat-blocks", "(Cat (Cons (Cat (Cons a (Cons b (Nil) e) e)) (Cons (Cat (Cons c (Cons d (Nil) e) e)) (Nil) f) f))",
+    Rule("cat-blocks",
+         "(Cat (Cons (Cat (Cons a (Cons b (Nil) e) e)) (Cons (Cat (Cons c (Cons d (Nil) e) e)) (Nil) f) f))",
          "(Cat (Cons (Cat (Cons a (Cons c (Nil) f) f)) (Cons (Cat (Cons b (Cons d (Nil) f) f)) (Nil) e) e))",
          ("(>= e 0)", "(>= f 0)", "(!= e f)", "(= w (size a e))", "(= w (size c e))"), stage="expand"),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
