@@ -123,6 +123,15 @@ RULES = [
          "(Cat (Cons (Cat (Cons a (Cons b (Nil) e) e)) (Cons (Cat (Cons c (Cons d (Nil) e) e)) (Nil) f) f))",
          "(Cat (Cons (Cat (Cons a (Cons c (Nil) f) f)) (Cons (Cat (Cons b (Cons d (Nil) f) f)) (Nil) e) e))",
          ("(>= e 0)", "(>= f 0)", "(!= e f)", "(= w (size a e))", "(= w (size c e))"), stage="expand"),
+    # The same blocks stacked: stack([cat([a, b], e), cat([c, d], e)], f) is
+    # cat([stack([a, c], f), stack([b, d], f)], e'), e' the place of dim e once f is put in.
+    *(Rule(f"stack-blocks-{where}",
+           "(Cat (Cons (Unsqueeze (Cat (Cons a (Cons b (Nil) e) e)) f) "
+           "(Cons (Unsqueeze (Cat (Cons c (Cons d (Nil) e) e)) f) (Nil) f) f))",
+           "(Cat (Cons (Cat (Cons (Unsqueeze a f) (Cons (Unsqueeze c f) (Nil) f) f)) "
+           f"(Cons (Cat (Cons (Unsqueeze b f) (Cons (Unsqueeze d f) (Nil) f) f)) (Nil) {moved}) {moved}))",
+           ("(>= e 0)", test, "(= w (size a e))", "(= w (size c e))"), stage="expand")
+      for where, test, moved in (("before", "(< e f)", "e"), ("after", "(>= e f)", "(+ e 1)"))),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),

@@ -53,3 +53,18 @@ class Blocks(nn.Module):
     def forward(self, x):
         a, b = torch.relu(x * self.w), torch.tanh(x)
         return torch.cat([torch.cat([a, a], 0), torch.cat([b, b], 0)], 1) * 2
+
+
+def test_stacked_blocks_whose_inner_cats_repeat_are_one_cat_fewer():
+    """stack([cat([x, x], e), cat([y, y], e)], f) is cat([stack([x, y], f)] * 2, e'): e' is e
+    where it comes before f, else the dim after it."""
+    for e, f in ((0, 0), (0, 1), (1, 0), (1, 2), (-1, 1)):
+        def fn(x, y, e=e, f=f):
+            return torch.stack([torch.cat([x, x], e), torch.cat([y, y], e)], f)
+
+        report, gm = check_rule(fn, X, Y)
+        fired = {"stack-blocks-before", "stack-blocks-after"} & set(report.rules_fired)
+        assert fired and launches(gm, X, Y) == 2, (e, f, gm.code)
+    a, b = torch.randn(2, 6), torch.randn(3, 6)  # pieces that do not pair up along dim 0
+    report, _ = check_rule(lambda a, b: torch.stack([torch.cat([a, b], 0), torch.cat([b, a], 0)], 1) * 2, a, b)
+    assert not {"stack-blocks-before", "stack-blocks-after"} & set(report.rules_fired)
