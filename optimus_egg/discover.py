@@ -9,10 +9,11 @@ are the outputs of one FX graph (a batch of groups per graph), translated, satur
 rule families, and a member is *proven* when its root ends in the class of the group's cheapest
 member (eager model, then Inductor's). The rest are reported, most profitable first (under the
 eager model and in the kernels eager actually launches, which differ where a flatten of a strided
-view copies), each as a before → after pair of programs and a candidate rule in the format of
-``rewrites/`` with the shapes and dims it held on and those a program of the same form was not
-equal. Candidates are printed, never installed: a rule needs its side conditions proven, which
-is a human's job.
+view copies; the model's gain is over what the member's own class extracts to, so a class that
+already holds a form as cheap as the cheapest member gains nothing from a rule), each as a
+before → after pair of programs and a candidate rule in the format of ``rewrites/`` with the
+shapes and dims it held on and those a program of the same form was not equal. Candidates are
+printed, never installed: a rule needs its side conditions proven, which is a human's job.
 """
 
 from __future__ import annotations
@@ -35,11 +36,12 @@ from optimus_egg import rewrites
 from optimus_egg.calls import Call, Registry, Slot
 from optimus_egg.counting import eager_launches
 from optimus_egg.discover_programs import Groups, Prog, Shape, bits, copied, enumerate_programs, function, source
-from optimus_egg.egraph import Budget, EGraph, rows
-from optimus_egg.extract.cost import KernelCost
-from optimus_egg.extract.dag import Dag
+from optimus_egg.egraph import Budget, EGraph, Frozen, rows
+from optimus_egg.extract import greedy_dag
+from optimus_egg.extract.cost import KernelCost, MemoryCost
+from optimus_egg.extract.dag import Dag, Fact, class_facts
 from optimus_egg.extract.inductor import InductorCost
-from optimus_egg.extract.select import term_facts
+from optimus_egg.extract.select import extracted_dag, seed_facts, term_facts
 from optimus_egg.frontend import translate
 from optimus_egg.ir import Term
 from optimus_egg.outputs import visible_strides
@@ -54,7 +56,7 @@ class Finding:
     after: str
     form: str  # "before form → after form", literals left out
     size: int  # ops of both programs together
-    eager_gain: float
+    eager_gain: float  # over what the optimizer makes of ``before`` (its class extracted)
     inductor_gain: float
     launches_gain: int  # ATen kernels launched, measured running both programs eagerly
     rule: str  # a candidate Rule(...) for rewrites/, to be checked by hand
@@ -76,13 +78,15 @@ class Summary:
     stop_reasons: Counter = field(default_factory=Counter)
 
     def line(self) -> str:
-        return (f"discover: {self.programs} programs, {self.groups} groups ({self.checked_groups} checked), {self.proven} proven, {self.unproven} unproven in {self.forms} forms "
+        return (f"discover: {self.programs} programs, {self.groups} groups ({self.checked_groups} checked), "
+                f"{self.proven} proven, {self.unproven} unproven in {self.forms} forms "
                 f"({self.profitable} profitable, {self.confirmed} in measured launches too), {self.seconds:.1f} s")
 
 
 @dataclass
 class _Member:
-    """A program of a group as the e-graph saw it: its value's term and class, and its costs."""
+    """A program of a group as the e-graph saw it: its value's term and class, its costs as
+    written, and the costs of what its class extracts to (``extracted``: eager, Inductor)."""
 
     prog: Prog
     shape: Shape
@@ -91,6 +95,14 @@ class _Member:
     eager: float
     inductor: float
     registry: Registry
+    extracted: tuple[float, float]
+
+    @property
+    def emitted(self) -> tuple[float, float]:
+        """What the optimizer makes of the program (eager, Inductor): its class's extraction
+        where that is cheaper, else the program as written (the pipeline keeps a graph it would
+        not make cheaper)."""
+        return min(self.eager, self.extracted[0]), min(self.inductor, self.extracted[1])
 
 
 class _Values(fx.Interpreter):
@@ -111,7 +123,9 @@ def check_batch(groups: list[list[Prog]], shape: Shape, inputs: Sequence[str], f
     namespace: dict[str, Any] = {"torch": torch}
     exec(compile(function(flat, inputs), "<discover>", "exec"), namespace)
     gm = fx.symbolic_trace(namespace["f"])
-    _Values(gm).run(*(torch.randn(shape) for _ in inputs))
+    xs = [torch.randn(shape) for _ in inputs]
+    results = _Values(gm).run(*xs)
+    storages = {x.untyped_storage().data_ptr() for x in xs}
     tr = translate(gm)
     roots = list(tr.outputs)
     fams_written = [f.written for f in fams if f.written]
@@ -122,18 +136,40 @@ def check_batch(groups: list[list[Prog]], shape: Shape, inputs: Sequence[str], f
     frozen = egraph.freeze()
     facts = term_facts(tr)
     eager, inductor = KernelCost(tr.registry), InductorCost(tr.registry)
+    values = [t.args[1].args[0] if p.op == "clone" else t for p, t in zip(flat, roots)]  # a copy's class is its view's
+    classes = [frozen.refs[dag.ids[v]] for v in values]
+    prices = extracted_prices(frozen, classes, class_facts(frozen, seed_facts(tr, dag.ids, frozen)), tr.registry)
     out, k = [], 0
     for g in groups:
         members = []
         for prog in g:
-            t = roots[k]
+            one = Dag([roots[k]], facts)
+            # a fresh result takes a kernel to write, whatever the models see: a flatten of a
+            # strided view copies, and the pipeline copies an output that became an input's view
+            least = float(results[k].untyped_storage().data_ptr() not in storages)
+            e, i = prices[classes[k]]
+            members.append(_Member(prog, shape, values[k], classes[k], max(eager.total(one), least),
+                                   max(inductor.total(one), least), tr.registry, (max(e, least), max(i, least))))
             k += 1
-            one = Dag([t], facts)
-            value = t.args[1].args[0] if prog.op == "clone" else t  # a copy's class is its view's
-            members.append(_Member(prog, shape, value, frozen.refs[dag.ids[value]], eager.total(one),
-                                   inductor.total(one), tr.registry))
         out.append(members)
     return out, stats.stop_reason
+
+
+def extracted_prices(frozen: Frozen, classes: list[int], facts: dict[int, Fact], registry: Registry
+                     ) -> dict[int, tuple[float, float]]:
+    """What each class costs (eager, Inductor) as the pipeline extracts it alone: greedy under
+    eager launches and under Inductor's approximation (both, as :func:`select.extract` does),
+    the cheaper of the two DAGs each class's root then reads."""
+    eager, inductor = KernelCost(registry), InductorCost(registry)
+    moved = MemoryCost(registry).bind(frozen, facts)
+    out: dict[int, tuple[float, float]] = {}
+    for model in (eager, inductor):
+        ex = greedy_dag.extract(frozen, classes, model.bind(frozen, facts), moved)
+        for c in set(classes):
+            one = extracted_dag(frozen, ex, [c], facts)
+            price = (eager.total(one), inductor.total(one))
+            out[c] = min(out.get(c, price), price)
+    return out
 
 
 def cheapest(members: list[_Member]) -> _Member:
@@ -297,17 +333,19 @@ def _findings(unproven: list[tuple[_Member, _Member]], all_groups: list[Groups],
     conditions = side_conditions(unproven, all_groups)
     found = []
     for (bf, af), pairs in by_form.items():
-        pairs.sort(key=lambda p: (p[1].eager - p[0].eager, p[0].prog.size + p[1].prog.size))
+        pairs.sort(key=lambda p: (p[1].eager - p[0].emitted[0], p[0].prog.size + p[1].prog.size))
         measured = next((m for m in (_measure(*p, inputs) for p in pairs) if m is not None), None)
         if measured is None:  # equal on the enumeration's draws only
             continue
         before, after, launches, relaid = measured
         held, not_equal = conditions[(before.prog.form(), after.prog.form())]
-        # an output laid out otherwise is copied back into the program's layout (the pipeline's
-        # restride_outputs): the after form pays that copy
+        # the gain is over what the optimizer emits for the before program; an output laid out
+        # otherwise is copied back into the program's layout (the pipeline's restride_outputs):
+        # the after form pays that copy
+        eager, inductor = before.emitted
         found.append((Finding(before.shape, source(before.prog), source(after.prog), f"{bf} → {af}",
-                              before.prog.size + after.prog.size, before.eager - after.eager - relaid,
-                              before.inductor - after.inductor - relaid, launches - relaid, "", held, not_equal),
+                              before.prog.size + after.prog.size, eager - after.eager - relaid,
+                              inductor - after.inductor - relaid, launches - relaid, "", held, not_equal),
                       before, after))
     # a gain the model sees but eager does not (a flatten of a strided view is a copy) comes later
     found.sort(key=lambda f: (-min(f[0].eager_gain, f[0].launches_gain), -f[0].inductor_gain, f[0].size, f[0].before))

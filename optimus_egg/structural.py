@@ -9,6 +9,7 @@ has none), and returns the node's term, or None to leave the call opaque.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import math
 from typing import Any, Callable, Sequence
 
 import torch
@@ -258,10 +259,14 @@ def _slice_bounds(s: slice, size: int | None) -> tuple[int, int] | str | None:
 
 
 def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:
-    """view / reshape / flatten / unflatten that merge two adjacent dims (Flat) or split one dim
-    in two (Unflat). Read off the static shapes, not the arguments: a row-major reshape is fixed
-    by its output shape, whatever the call form."""
+    """view / reshape / flatten / unflatten: a row-major reshape is fixed by its output shape,
+    whatever the call form, so it is read off the static shapes. Two adjacent dims merged is one
+    Flat, one dim split in two one Unflat; any other reshape is :func:`reshape_terms`. The terms
+    are values: the emitter writes flattens, which copy where the strides ask for it, as reshape
+    does (and a view never has to: it merges only dims laid out as one run)."""
     if not node.args or not is_tensor_node(node.args[0]) or not isinstance(val(node), torch.Tensor):
+        return None
+    if val(node).dtype != val(node.args[0]).dtype:  # view(dtype): the bits read as another type
         return None
     s, t = tuple(static_shape(val(node.args[0]))), tuple(static_shape(val(node)))
     if None in s or None in t or 0 in s:  # no elements: the shapes don't say which dims were split
@@ -275,7 +280,39 @@ def parse_reshape(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | N
     for d in range(len(s)):
         if len(t) == len(s) + 1 and t[d] * t[d + 1] == s[d] and t[:d] == s[:d] and t[d + 2:] == s[d + 1:]:
             return Term("Unflat", (src, d, t[d]))
-    return None
+    return reshape_terms(src, s, t)
+
+
+def reshape_terms(src: Term, s: Sequence[int], t: Sequence[int]) -> Term | None:
+    """``src`` of shape ``s`` reshaped to ``t`` (no zero sizes): its dims of 1 squeezed away
+    (each a select of a row, as the rules read one), the rest cut into the shortest runs whose
+    sizes multiply alike in both shapes, each run merged (Flat) and split again (Unflat), then
+    ``t``'s dims of 1 put back. None for a scalar either side."""
+    if not s or not t or math.prod(s) != math.prod(t):
+        return None
+    cur = src
+    for d in reversed(range(len(s))):
+        if s[d] == 1:
+            cur = Term("Squeeze", (cur, d))
+    a, b = [n for n in s if n != 1], [n for n in t if n != 1]
+    i = j = d = 0
+    while i < len(a):
+        m, k, n, e = a[i], i + 1, b[j], j + 1
+        while m != n:
+            if m < n:
+                m, k = m * a[k], k + 1
+            else:
+                n, e = n * b[e], e + 1
+        for _ in range(k - i - 1):
+            cur = Term("Flat", (cur, d))
+        for size in b[j:e - 1]:
+            cur = Term("Unflat", (cur, d, size))
+            d += 1
+        i, j, d = k, e, d + 1
+    for d, n in enumerate(t):
+        if n == 1:
+            cur = Term("Unsqueeze", (cur, d))
+    return cur
 
 
 def parse_contiguous(node: fx.Node, term: Callable[[Any], Term | None]) -> Term | None:

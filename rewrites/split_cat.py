@@ -18,6 +18,8 @@ DECLARATIONS = """
 (relation slice-run (T TList T i64 i64 i64 i64))
 (relation row-wanted (T))
 (relation slice-in (T TList T i64 i64 i64))
+(relation restack-wanted (TList i64 i64))
+(function restacked (TList i64) TList :merge old)
 """
 
 
@@ -113,6 +115,23 @@ RULES = [
     Derive("append-cons", ("(app-wanted l r)", "(= l (Cons a t d))", "(= o (app t r))"),
            ("(set (app l r) (Cons a o d))",), stage="analysis"),
     Rule("cat-of-cat", "(Cons (Cat (Cons h t d)) r d)", "o", ("(>= d 0)", "(= o (app (Cons h t d) r))")),
+    # Two cats of two pieces each, glued along another dim, are four blocks, which glue the
+    # other way round as well: cat([cat([a, b], e), cat([c, d], e)], f) is
+    # cat([cat([a, c], f), cat([b, d], f)], e) where a and c are as wide along e (so b and d are).
+    # Where the inner cats repeat a piece (cat([x, x]), cat([y, y])), the new ones are one cat.
+    Rule("cat-blocks",
+         "(Cat (Cons (Cat (Cons a (Cons b (Nil) e) e)) (Cons (Cat (Cons c (Cons d (Nil) e) e)) (Nil) f) f))",
+         "(Cat (Cons (Cat (Cons a (Cons c (Nil) f) f)) (Cons (Cat (Cons b (Cons d (Nil) f) f)) (Nil) e) e))",
+         ("(>= e 0)", "(>= f 0)", "(!= e f)", "(= w (size a e))", "(= w (size c e))"), stage="expand"),
+    # The same blocks stacked: stack([cat([a, b], e), cat([c, d], e)], f) is
+    # cat([stack([a, c], f), stack([b, d], f)], e'), e' the place of dim e once f is put in.
+    *(Rule(f"stack-blocks-{where}",
+           "(Cat (Cons (Unsqueeze (Cat (Cons a (Cons b (Nil) e) e)) f) "
+           "(Cons (Unsqueeze (Cat (Cons c (Cons d (Nil) e) e)) f) (Nil) f) f))",
+           "(Cat (Cons (Cat (Cons (Unsqueeze a f) (Cons (Unsqueeze c f) (Nil) f) f)) "
+           f"(Cons (Cat (Cons (Unsqueeze b f) (Cons (Unsqueeze d f) (Nil) f) f)) (Nil) {moved}) {moved}))",
+           ("(>= e 0)", test, "(= w (size a e))", "(= w (size c e))"), stage="expand")
+      for where, test, moved in (("before", "(< e f)", "e"), ("after", "(>= e f)", "(+ e 1)"))),
     Rule("slice-full", "(Sl x d 0 n)", "x", ("(= n (size x d))",), covers="split_cat_pass"),
     Rule("cat-single", "(Cat (Cons x (Nil) d))", "x", covers="remove_split_with_size_one_pass"),
     Rule("slice-of-slice", "(Sl (Sl x d s a) d t b)", "(Sl x d (+ s t) b)", covers="merge_splits_pass"),
@@ -215,6 +234,25 @@ RULES = [
     # cat(split(x, 1, 0), 1) → flatten(unsqueeze(x, 0), 1, 2).
     Rule("move-past-one", "(Move (Unflat x d n) d e)", "(Unsqueeze x d)", ("(= e (+ d 1))", "(= n (size x d))"),
          covers="split_cat_pass"),
+    # The copy of a stack along c with dim c moved to e, or with a neighbour of c moved to c (c
+    # then goes where that dim was), is the stack of the same pieces along e: the other dims keep
+    # their order. movedim(stack([x, y], 0), 1, 0) is stack([x, y], 1). restacked l e: the list
+    # l of pieces unsqueezed at c, each unsqueezed at e instead, derived cell by cell in the
+    # analysis stage for the stacks a Move reads (a function: one list per stack and place).
+    Derive("restack-moved", ("(= t (Move (Cat l) c e))", "(= l (Cons h r c))"), ("(restack-wanted l c e)",),
+           stage="analysis"),
+    Derive("restack-past", ("(= t (Move (Cat l) e c))", "(= l (Cons h r c))", "(= 1 (abs (- e c)))"),
+           ("(restack-wanted l c e)",), stage="analysis"),
+    Derive("restack-tail", ("(restack-wanted l c e)", "(= l (Cons h r c))"), ("(restack-wanted r c e)",),
+           stage="analysis"),
+    Derive("restack-nil", ("(restack-wanted l c e)", "(= l (Nil))"), ("(set (restacked l e) (Nil))",),
+           stage="analysis"),
+    Derive("restack-cons", ("(= o (restacked r e))", "(restack-wanted l c e)", "(= l (Cons (Unsqueeze p c) r c))"),
+           ("(set (restacked l e) (Cons (Unsqueeze p e) o e))",), stage="analysis"),
+    Rule("move-of-stack", "(Move (Cat l) c e)", "(Cat o)", ("(= l (Cons h r c))", "(= o (restacked l e))"),
+         covers="unbind_stack_pass"),
+    Rule("move-past-stack", "(Move (Cat l) e c)", "(Cat o)", ("(= l (Cons h r c))", "(= 1 (abs (- e c)))",
+                                                             "(= o (restacked l e))"), covers="unbind_stack_pass"),
     Rule("flat-unflat", "(Flat (Unflat x d n) d)", "x"),
     Rule("unflat-flat", "(Unflat (Flat x d) d n)", "x", ("(= n (size x d))",)),
     Rule("squeeze-unsqueeze", "(Squeeze (Unsqueeze x d) d)", "x", covers="unbind_stack_pass"),

@@ -6,7 +6,7 @@ import json
 import torch
 
 from optimus_egg import cli, rewrites
-from optimus_egg.discover import _canonical, check_batch, discover
+from optimus_egg.discover import _canonical, _findings, check_batch, discover
 from optimus_egg.discover_programs import Prog, copied, draws, enumerate_programs, signature, source
 from optimus_egg.counting import eager_launches
 from optimus_egg.egraph import Budget
@@ -66,6 +66,31 @@ def test_the_egraph_proves_a_split_glued_back_whatever_the_sizes():
     assert members[0].eclass == members[1].eclass == members[2].eclass  # x, copied: the same values
     assert other[0].eclass != members[0].eclass  # the halves swapped: other values
     assert members[0].eager == 1 and members[0].inductor >= 1
+
+
+def test_a_member_whose_class_extracts_as_cheap_is_no_gain():
+    """``cat([y, cat([x, x])])[:3]`` is ``y[:3]``, which its class holds (one copy out), and the
+    group's cheapest member ``stack([x, y])[:, :3][1]`` (one stack) is another class: a rule that
+    equates them gains nothing over what the optimizer already makes of the first."""
+    x, y = X, Prog("input", ("y",))
+    before = Prog("narrow", (0, 0, 3), (Prog("cat2", (0,), (y, Prog("cat2", (0,), (x, x), 1)), 2),), 3)
+    after = Prog("select", (0, 1), (Prog("narrow", (1, 0, 3), (Prog("stack2", (0,), (x, y), 1),), 2),), 3)
+    ((b, a),), _ = check_batch([[before, after]], (4, 6), ("x", "y"), rewrites.families(None),
+                               Budget(30, 50_000, 5.0))
+    assert b.eclass != a.eclass and (b.eager, a.eager) == (2, 1)  # unproven, dearer as written
+    (finding,) = _findings([(b, a)], [], ("x", "y"))
+    assert finding.eager_gain <= 0 < finding.launches_gain
+
+
+def test_a_fresh_result_costs_a_kernel_the_models_do_not_see():
+    """A flatten of a strided view copies, which the models price as a view: a fresh result is
+    at least one kernel, as written and as its class extracts; a view stays free."""
+    picked = Prog("select", (1, 1), (X,), 1)
+    flat = Prog("flatten", (0, 1), (picked,), 2)
+    ((copy,), (view,)), _ = check_batch([[flat], [picked]], (2, 3, 4), ("x",), rewrites.families(None),
+                                        Budget(30, 50_000, 5.0))
+    assert (copy.eager, copy.inductor, copy.extracted) == (1, 1, (1, 1))
+    assert (view.eager, view.extracted[0]) == (0, 0)
 
 
 def test_findings_are_equal_unproven_and_well_formed():

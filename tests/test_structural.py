@@ -41,6 +41,51 @@ def test_reshape_of_an_empty_tensor_stays_as_written():
     assert not any(t.op in ("Flat", "Unflat") for t in translate(capture(Fn(fn), (x,))).origin)
 
 
+def _aliases(t, *inputs):
+    return any(t.untyped_storage().data_ptr() == x.untyped_storage().data_ptr() for x in inputs)
+
+
+#: Reshapes that are neither one merge of two dims nor one split of a dim, from the shape before.
+RESHAPES = [((2, 1, 6), (12,)), ((2, 3, 4), (-1,)), ((2, 3, 4), (3, 8)), ((6, 4), (2, 12)), ((2, 3, 4), (2, 1, 12)),
+            ((1, 6, 1), (2, 3)), ((4, 6), (2, 2, 2, 3)), ((2, 3, 4), (1, 24, 1)), ((2, 2, 6), (4, 3, 2))]
+
+
+def test_any_reshape_is_squeezes_flats_and_unflats_of_its_values():
+    """A reshape that merges and splits several dims reads as views of its values, whether it
+    copies (a strided input) or not: the values, shape and strides are eager's, and the result
+    is fresh where eager's is (a copy) and a view of the input where eager's is."""
+    views = {"Squeeze", "Unsqueeze", "Flat", "Unflat"}
+    for shape, target in RESHAPES:
+        for fn in (lambda x: x.reshape(target),  # a view
+                   lambda x: x.transpose(0, -1).reshape(target),  # a copy of a transpose
+                   lambda x: torch.cat([x, x], 0)[:x.shape[0]].reshape(target),  # x's values, fresh
+                   lambda x: torch.cat([x, x], -1)[..., 1:x.shape[-1] + 1].reshape(target),  # a strided slice
+                   lambda x: torch.relu(torch.cat([x, x], -1))[..., 1:x.shape[-1] + 1].reshape(target)):
+            x = torch.randn(shape)
+            tr = translate(capture(Fn(fn), (x,)))
+            assert not [t for t in tr.origin if t.op == "Op" and "reshape" in tr.registry.calls[t.args[0]].name]
+            _, gm = check(fn, x)
+            for _ in range(2):
+                x = torch.randn(shape)
+                want, got = fn(x), gm(x)
+                assert got.stride() == want.stride() and _aliases(got, x) == _aliases(want, x), (shape, target)
+    assert any(t.op in views for t in tr.origin)
+
+
+def test_a_reshape_to_no_dims_of_no_elements_or_of_bits_stays_as_written():
+    """A scalar either side, no elements, and ``view(dtype)``: the bits read as another type,
+    in the same shape or (another width) in another."""
+    for fn, x, name in ((lambda x: x.reshape(()) * 2, torch.randn(1, 1), "reshape"),
+                        (lambda x: x.reshape(1, 1) * 2, torch.randn(()), "reshape"),
+                        (lambda x: x[:, :0].reshape(2, 0, 3) * 2, torch.randn(3, 4, 2), "reshape"),
+                        (lambda x: x.view(torch.int32) * 2, torch.randn(2, 3, 4), "view"),
+                        (lambda x: x.view(torch.int16) * 2, torch.randn(2, 3, 4), "view")):
+        check(fn, x)
+        tr = translate(capture(Fn(fn), (x,)))
+        assert not any(t.op in ("Squeeze", "Unsqueeze", "Flat", "Unflat") for t in tr.origin)
+        assert [tr.registry.calls[t.args[0]].name for t in tr.origin if t.op == "Op"] == [name]
+
+
 def test_pieces_of_a_tensor_split_at_decreasing_indices_are_not_read_as_a_tiling():
     """x.tensor_split([4, 2], 1) is x[:, :4], x[:, 4:2] (empty), x[:, 2:]: the pieces overlap, so
     they are not consecutive slices (the last was read as x[:, 4:8] and the emission failed)."""
