@@ -87,13 +87,15 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
     ``rewrite_backward="auto"`` drops the ``horizontal`` family where no graph input is on a GPU.
     On a backward its rules batch the weight gradients, which saves launches where each costs
     microseconds; on CPU, where a launch is a function call, the batch costs a C++ kernel, a
-    slower step and a slower compile. The other families' rewrites of a backward pay on both
-    (BENCHMARKS.md)."""
+    slower step and a slower compile. It drops the ``pointwise`` family there too: moved through
+    the cats of a CPU backward, binary ops fuse worse than the model predicts (FiBiNET's backward,
+    predicted 10 kernels fewer, was built with 36 more). The other families' rewrites of a
+    backward pay on both (BENCHMARKS.md)."""
     if not options.rewrite_backward:
         return None
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
         return options
-    kept = rewrites.without(options.families, rewrites.BATCHING_FAMILIES)
+    kept = rewrites.without(options.families, rewrites.BATCHING_FAMILIES + rewrites.POINTWISE_FAMILIES)
     return dataclasses.replace(options, families=kept) if kept else None
 
 

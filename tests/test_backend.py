@@ -218,12 +218,13 @@ def test_the_weight_gradients_of_a_cpu_backward_are_autograds_mms_by_default():
 @pytest.mark.parametrize(("options", "device", "runs", "batches"),
                          [({}, "cuda", True, True), ({}, "cpu", True, False),
                           ({"rewrite_backward": True, "cost_model": "eager"}, "cpu", True, True), ({"rewrite_backward": False}, "cuda", False, False),
-                          ({"families": ["horizontal"]}, "cpu", False, False)])
+                          ({"families": ["horizontal"]}, "cpu", False, False),
+                          ({"families": ["pointwise"]}, "cpu", False, False)])
 def test_rewrite_backward_auto_batches_weight_gradients_on_a_gpu_only(options, device, runs, batches):
     """The post-grad pass on a backward graph whose tensors are (fake) ``device`` ones: under
     ``"auto"`` (the default) it batches weight gradients on a GPU's, where launches cost, and
-    on a CPU's it rewrites the rest (the ``horizontal`` family left out; nothing, if that was
-    the only family asked for)."""
+    on a CPU's it rewrites the rest (the ``horizontal`` and ``pointwise`` families left out;
+    nothing, if those were the only families asked for)."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
