@@ -32,7 +32,7 @@ import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
-from optimus_egg import optable
+from optimus_egg import fake_values, optable
 from optimus_egg.effects import StorageKey, storage_key
 from optimus_egg.nodes import static_int, tensors, val, value_in
 
@@ -113,6 +113,30 @@ def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
             if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key)):
                 out.add(key)
     return out
+
+
+def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] | None:
+    """Each input that ``new`` would have autograd save where ``old`` did not (:func:`saved_inputs`)
+    copied once before any call reads it, every call reading the copy: what autograd saves is
+    then the step's own tensor, as eager's cat was. Returns the copies written, or None where an
+    output is such an input or a view of it (a copy would make it fresh)."""
+    added = saved_inputs(new) - saved_inputs(old)
+    if not added:
+        return []
+    leaves = pytree.tree_leaves(next(iter(new.graph.find_nodes(op="output"))).args[0])
+    if any(k in added for n in leaves if isinstance(n, fx.Node) for k in _keys(n)):
+        return None
+    first_call = next(n for n in new.graph.nodes if n.op not in ("placeholder", "get_attr"))
+    copies = []
+    for node in list(new.graph.nodes):
+        if node.op in ("placeholder", "get_attr") and added & {storage_key(t) for t in tensors(value_in(new, node))}:
+            with new.graph.inserting_before(first_call):
+                copy = new.graph.call_function(torch.clone, (node,))
+            fake_values.fake_run(copy)
+            node.replace_all_uses_with(copy, delete_user_cb=lambda user, copy=copy: user is not copy)
+            copies.append(copy)
+    new.recompile()
+    return copies
 
 
 def saved_outputs(gm: fx.GraphModule) -> set[int]:

@@ -216,6 +216,10 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
 
     if restrided is None:
         raise Keep("an output would be laid out differently")
+    saved = bounds.copy_saved_inputs(gm, new_gm)
+    if saved is None:
+        raise Keep("the backward would save an input the caller may write, where it saved a copy")
+    restrided += saved  # (priced as the outputs' copies are)
     if copies or restrided:
         # Outputs that eager returns as distinct tensors and that became views of one (each a
         # select of a fused op's result) are copied out, as are outputs laid out otherwise:
@@ -230,8 +234,6 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
-    if bounds.saved_inputs(new_gm) - bounds.saved_inputs(gm):
-        raise Keep("the backward would save an input the caller may write, where it saved a copy")
     if cheaper is None and bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
