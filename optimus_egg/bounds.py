@@ -104,15 +104,9 @@ def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
     and its backward where eager saved a copy of it (the cat of its pieces that a matmul read):
     a rewrite must not save the input instead. (A parameter is written by the optimizer after
     the backward, an input with grad not in place at all while autograd holds it.)"""
-    out = set()
-    for node in gm.graph.nodes:
-        if node.op not in ("placeholder", "get_attr"):
-            continue
-        values = [t for t in tensors(value_in(gm, node)) if not t.requires_grad]
-        for key in {storage_key(t) for t in values} - {None}:
-            if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key)):
-                out.add(key)
-    return out
+    return {key for node in gm.graph.nodes if node.op in ("placeholder", "get_attr")
+            for key in _input_keys(gm, node, without_grad=True)
+            if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key))}
 
 
 def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] | None:
@@ -123,13 +117,12 @@ def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     added = saved_inputs(new) - saved_inputs(old)
     if not added:
         return []
-    leaves = pytree.tree_leaves(next(iter(new.graph.find_nodes(op="output"))).args[0])
-    if any(k in added for n in leaves if isinstance(n, fx.Node) for k in _keys(n)):
+    if any(k in added for n in _output_leaves(new) if isinstance(n, fx.Node) for k in _keys(n)):
         return None
     first_call = next(n for n in new.graph.nodes if n.op not in ("placeholder", "get_attr"))
     copies = []
     for node in list(new.graph.nodes):
-        if node.op in ("placeholder", "get_attr") and added & {storage_key(t) for t in tensors(value_in(new, node))}:
+        if node.op in ("placeholder", "get_attr") and added & _input_keys(new, node):
             with new.graph.inserting_before(first_call):
                 copy = new.graph.call_function(torch.clone, (node,))
             fake_values.fake_run(copy)
@@ -143,9 +136,19 @@ def saved_outputs(gm: fx.GraphModule) -> set[int]:
     """The outputs (by place) that autograd saves for the backward: results that require grad
     of an op whose gradient reads its result (a tanh). Written in place by the caller, they fail
     the backward, where eager's were a cat of such results, saved apart."""
-    leaves = pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args[0])
-    return {i for i, n in enumerate(leaves) if isinstance(n, fx.Node) and _needs_grad(n)
+    return {i for i, n in enumerate(_output_leaves(gm)) if isinstance(n, fx.Node) and _needs_grad(n)
             and (entry := optable.lookup(n)) is not None and entry.name in optable.GRADIENT_OF_RESULT}
+
+
+def _output_leaves(gm: fx.GraphModule) -> list[object]:
+    """The graph's outputs, in place (a constant among them is no node)."""
+    return pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args[0])
+
+
+def _input_keys(gm: fx.GraphModule, node: fx.Node, without_grad: bool = False) -> set[StorageKey]:
+    """The storages of an input's (or attribute's) tensors; ``without_grad``: those that need none."""
+    return {k for t in tensors(value_in(gm, node)) if not (without_grad and t.requires_grad)
+            if (k := storage_key(t)) is not None}
 
 
 def _reads_operands(node: fx.Node) -> bool:

@@ -219,14 +219,14 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     saved = bounds.copy_saved_inputs(gm, new_gm)
     if saved is None:
         raise Keep("the backward would save an input the caller may write, where it saved a copy")
-    restrided += saved  # (priced as the outputs' copies are)
-    if copies or restrided:
+    copies = [*copies, *restrided, *saved]  # every copy added since extraction
+    if copies:
         # Outputs that eager returns as distinct tensors and that became views of one (each a
-        # select of a fused op's result) are copied out, as are outputs laid out otherwise:
-        # kernels the extraction did not price. They count as any kernel does: a copy of x for
+        # select of a fused op's result) are copied out, as are outputs laid out otherwise and
+        # inputs autograd would save: kernels the extraction did not price. They count as any kernel does: a copy of x for
         # cat(split(x)) is one kernel as the cat is, and reads one tensor where the cat reads each piece.
-        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in [*copies, *restrided])
-        cheaper = _cheaper(report, gm, len(copies) + len(restrided))
+        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in copies)
+        cheaper = _cheaper(report, gm, len(copies))
         if cheaper is False:
             raise Keep("the outputs would need copies")
     if _grad_inputs(new_gm) != _grad_inputs(gm):
@@ -303,7 +303,7 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
 
 def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
     """Cheaper by the cost model's figure; on a tie under ``inductor``, fewer eager launches
-    (``copies``: the output copies added since extraction; what Inductor does not fuse, a GPU
+    (``copies``: the copies added since extraction; what Inductor does not fuse, a GPU
     launches); then fewer cat inputs. No cost model prices cat inputs in kernels (a cat is one
     launch on a GPU), but Inductor's CPU backend writes each one with a loop of its own, and a
     piece glued back whole reads as one contiguous copy. With gradients a tie-break is None,

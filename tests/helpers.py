@@ -29,6 +29,19 @@ class Fn(torch.nn.Module):
         return self.fn(*args)
 
 
+class Weighted(torch.nn.Module):
+    """``fn(x, w)`` with ``w`` a parameter of ``n`` random elements: a rule's pattern with a
+    gradient to check (:func:`check_training`)."""
+
+    def __init__(self, n: int, fn: Callable[[torch.Tensor, torch.Tensor], Any]) -> None:
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(n))
+        self.fn = fn
+
+    def forward(self, x: torch.Tensor) -> Any:
+        return self.fn(x, self.w)
+
+
 def _like(t: torch.Tensor) -> torch.Tensor:
     if t.dtype.is_floating_point:
         return torch.randn_like(t)

@@ -2,9 +2,8 @@
 after on random inputs, and the must-not-fire cases."""
 
 import torch
-from torch import nn
 
-from tests.helpers import EAGER, check_rule, check_training, launches
+from tests.helpers import EAGER, Weighted, check_rule, check_training, launches
 
 X, Y = torch.randn(4, 6), torch.randn(4, 6)
 
@@ -42,17 +41,12 @@ def test_cats_of_three_pieces_or_along_one_dim_stay():
 
 
 def test_blocks_of_computed_pieces_and_gradients():
-    check_training(Blocks(), X, **EAGER)
-
-
-class Blocks(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(6))
-
-    def forward(self, x):
-        a, b = torch.relu(x * self.w), torch.tanh(x)
+    def fn(x, w):
+        a, b = torch.relu(x * w), torch.tanh(x)
         return torch.cat([torch.cat([a, a], 0), torch.cat([b, b], 0)], 1) * 2
+
+    check_training(Weighted(6, fn), X, **EAGER)
+
 
 
 def test_stacked_blocks_whose_inner_cats_repeat_are_one_cat_fewer():

@@ -3,9 +3,8 @@ place (``move-of-stack``, ``move-past-stack``): the graph before and after on ra
 and the must-not-fire cases."""
 
 import torch
-from torch import nn
 
-from tests.helpers import EAGER, check_rule, check_training, launches
+from tests.helpers import EAGER, Weighted, check_rule, check_training, launches
 
 X, Y = torch.randn(2, 3, 4), torch.randn(2, 3, 4)
 RULES = {"move-of-stack", "move-past-stack"}
@@ -50,13 +49,5 @@ def test_moves_that_reorder_the_pieces_dims_or_of_a_cat_stay():
 
 
 def test_restacked_rows_with_gradients():
-    check_training(Restacked(), X, **EAGER)
-
-
-class Restacked(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(4))
-
-    def forward(self, x):
-        return torch.stack(torch.unbind(torch.stack([x * self.w, torch.tanh(x)], 0), 1), 0) * 2
+    check_training(Weighted(4, lambda x, w: torch.stack(torch.unbind(torch.stack([x * w, torch.tanh(x)], 0), 1), 0) * 2),
+                   X, **EAGER)

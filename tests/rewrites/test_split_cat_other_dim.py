@@ -8,7 +8,7 @@ from torch import nn
 from optimus_egg import optimize
 from optimus_egg.frontend import translate
 from optimus_egg.pipeline import capture
-from tests.helpers import EAGER, Fn, check_training, launches
+from tests.helpers import EAGER, Fn, Weighted, check_training, launches
 from tests.helpers import check_rule as check
 
 X = torch.randn(2, 6, 4, 3)
@@ -46,16 +46,8 @@ def test_rows_of_one_glued_along_the_next_dim_are_a_view():
             report, gm = check(fn, X)
             assert report.rules_fired.get("move-past-one", 0) > 0, (d, report.rules_fired)
             assert _cats(gm) == 0 and _moved(gm) == 0 and launches(gm, X) == 1, gm.code
-    check_training(M2(), X, **EAGER)
+    check_training(Weighted(3, lambda x, w: torch.relu(torch.cat(torch.split(x * w, 1, 1), 2))), X, **EAGER)
 
-
-class M2(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.w = nn.Parameter(torch.randn(3))
-
-    def forward(self, x):
-        return torch.relu(torch.cat(torch.split(x * self.w, 1, 1), 2))
 
 
 def test_rows_of_one_moved_further_or_blocks_are_still_copies():
