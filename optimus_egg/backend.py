@@ -88,9 +88,9 @@ def _for_backward(options: Options, graph: fx.Graph) -> Options | None:
     On a backward its rules batch the weight gradients, which saves launches where each costs
     microseconds; on CPU, where a launch is a function call, the batch costs a C++ kernel, a
     slower step and a slower compile. It drops the ``pointwise`` family there too: moved through
-    the cats of a CPU backward, binary ops fuse worse than the model predicts (FiBiNET's backward,
-    predicted 10 kernels fewer, was built with 36 more). The other families' rewrites of a
-    backward pay on both (BENCHMARKS.md)."""
+    the cats of a CPU backward, binary ops fuse worse than the model predicts (BENCHMARKS.md,
+    "What autograd saves, and the CPU backward"). The other families' rewrites of a backward pay
+    on both (BENCHMARKS.md)."""
     if not options.rewrite_backward:
         return None
     if options.rewrite_backward != "auto" or input_device(graph.find_nodes(op="placeholder")) != "cpu":
