@@ -53,64 +53,14 @@ import torch
 from torch.utils import _pytree as pytree
 
 from optimus_egg.calls import Registry, Slot
-from optimus_egg.extract.cost import category
 from optimus_egg.extract.dag import Dag, Fact, Facts, items, tensor_args
 from optimus_egg.extract.kernels import (CPU_EPILOGUE_OBJECTS, CPU_MOVED_OBJECTS, CPU_REDUCTION_OBJECTS,
                                          CPU_UNROLLED_OBJECTS, CUDA_POINTWISE_CAT, MAX_SCATTERED, REALIZED_READS,
-                                         UNROLLED_REDUCTION, Group, Prediction, UnionFind)
+                                         RESHAPES, UNROLLED_REDUCTION, Group, Prediction, UnionFind, kind_of,
+                                         numel_of, rebase, reshaped, unreshaped)
 from optimus_egg.ir import Term
-from optimus_egg.optable import (BATCHED_MATMULS, FREE_CONSTRUCTORS, HEAVY_OPS, INDIRECT, MATMULS, TWO_PASS,
+from optimus_egg.optable import (BATCHED_MATMULS, HEAVY_OPS, INDIRECT, MATMULS, TWO_PASS,
                                  keeps_last_dim, unit_reshape)
-
-def _numel(fact: Fact | None) -> int | None:
-    if fact is None or any(s is None for s in fact[0]):
-        return None
-    n = 1
-    for s in fact[0]:
-        n *= s  # type: ignore[operator]
-    return n
-
-
-def kind_of(registry: Registry, op: str, key: object = None) -> str:
-    """``view`` | ``pointwise`` | ``reduction`` | ``matmul`` | ``extern`` | ``cat`` | ``input``
-    | ``list``."""
-    if op == "Input":
-        return "input"
-    if op in ("Cons", "Nil"):
-        return "list"
-    if op in FREE_CONSTRUCTORS:
-        return "view"
-    if op == "Move":  # a copy in another order: a pointwise loop, which fuses
-        return "pointwise"
-    if op == "Cat":
-        return "cat"
-    return category(registry.calls[key])  # type: ignore[index]
-
-
-#: Views that keep the order of the elements they show.
-_RESHAPES = frozenset({"Unsqueeze", "Squeeze", "Flat", "Unflat"})
-
-
-def _unreshaped(view: Term) -> Term:
-    """``view`` without the reshapes on top of it (a stack's piece: the slice it unsqueezes)."""
-    while view.op in _RESHAPES:
-        view = view.args[0]
-    return view
-
-
-def _reshaped(view: Term, base: Term) -> bool:
-    """Is ``view`` ``base`` through reshapes alone: can a matmul write ``base`` into a slot
-    that ``view`` fills?"""
-    return _unreshaped(view) is base
-
-
-def _rebase(view: Term, base: Term, new: Term) -> Term:
-    """``view`` of ``base`` as the same view of ``new``."""
-    if view is base:
-        return new
-    inner = tensor_args(view)[0]
-    return Term(view.op, tuple(_rebase(inner, base, new) if a is inner else a for a in view.args))
-
 
 def predict(dag: Dag, registry: Registry, weights: dict[str, float], device: str) -> Prediction:
     """The kernels Inductor generates for ``dag`` on ``device``, each weighted by its category."""
@@ -167,7 +117,7 @@ class Simulation:
 
     def numel(self, term: Term) -> int | None:
         if term not in self.numels:
-            self.numels[term] = _numel(self.fact(term))
+            self.numels[term] = numel_of(self.fact(term))
         return self.numels[term]
 
     def reads(self, term: Term) -> list[Term]:
@@ -222,7 +172,7 @@ class Simulation:
     def _batched(self, x: Term) -> bool:
         """Is ``x``, a ``linear``'s input, of rank 3 or more and not the rows of a computed tensor
         as they lie (a reshape of it)? Inductor then runs a ``bmm`` and adds the bias after it."""
-        return len((self.fact(x) or ((0, 0), ""))[0]) > 2 and _unreshaped(x) is not self.src.get(x)
+        return len((self.fact(x) or ((0, 0), ""))[0]) > 2 and unreshaped(x) is not self.src.get(x)
 
     def level(self, term: Term) -> int:
         """The depth at which a reader of ``term`` runs: after an extern call or a cat kernel."""
@@ -260,7 +210,7 @@ class Simulation:
                 else:  # (reductions over other ranges stay apart, each its own loops)
                     self.uf.union(g, self.group[s])
                 continue
-            key: tuple[Any, ...] = (_unreshaped(a), numel, self.depth[term])  # reshapes keep the order read
+            key: tuple[Any, ...] = (unreshaped(a), numel, self.depth[term])  # reshapes keep the order read
             if fusible:
                 if self.kind[s] == "pointwise" and not self.stored_for_reuse(s):
                     inlined.add(a)  # recomputed here: it needs no kernel of its own for this read
@@ -304,7 +254,7 @@ class Simulation:
     def _unit_reshape(self, view: Term) -> bool:
         """Does ``view`` only add or drop dims of size 1 (a view of any strided tensor)?"""
         fact, inner = self.fact(view), self.fact(tensor_args(view)[0])
-        if view.op not in _RESHAPES or fact is None or inner is None:
+        if view.op not in RESHAPES or fact is None or inner is None:
             return False
         return unit_reshape(fact[0], inner[0])
 
@@ -457,7 +407,7 @@ class Simulation:
             if a is s and self.kind[s] == "matmul":
                 self.pieces[term].append(a)
                 continue  # a library matmul writes its result into the slot (out=); a fallback can't
-            if self.kind[s] == "matmul" and whole and _reshaped(a, s):
+            if self.kind[s] == "matmul" and whole and reshaped(a, s):
                 continue  # ... unsqueezed too (a stack), but Inductor then reads the cat whole
             if whole and self.kind[s] in ("pointwise", "reduction") and (s not in self.slotted or tensor_args(s)):
                 self.uf.groups[self.uf.find(self.group[s])].needed = True  # it writes its slot
@@ -484,8 +434,8 @@ class Simulation:
         s = self.src[piece]
         reads = self.reads(s)
         if len(reads) != 1 or self.numel(reads[0]) != self.numel(s):
-            return _unreshaped(piece)
-        return _unreshaped(_rebase(piece, s, reads[0]))
+            return unreshaped(piece)
+        return unreshaped(rebase(piece, s, reads[0]))
 
     def scattered(self, term: Term, args: list[Term]) -> bool:
         """Is the cat ``term`` one the backend scatters from its pieces in one kernel: along dim

@@ -1,12 +1,16 @@
-"""The kernels of the fusion simulation (:mod:`optimus_egg.extract.fusion`): groups of terms that
-Inductor writes as one kernel, merged by a union-find, what each counts on a CPU, and the
-prediction they add up to."""
+"""The kernels of the fusion simulation (:mod:`optimus_egg.extract.fusion`): what kind of kernel
+a term is and the views it reads through, groups of terms that Inductor writes as one kernel,
+merged by a union-find, what each counts on a CPU, and the prediction they add up to."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from optimus_egg.calls import Registry
+from optimus_egg.extract.cost import category
+from optimus_egg.extract.dag import Fact, tensor_args
 from optimus_egg.ir import Term
+from optimus_egg.optable import FREE_CONSTRUCTORS
 
 #: Kernel objects the CPU backend counts for one reduction kernel, by op (1 when not listed).
 CPU_REDUCTION_OBJECTS = {"mean": 4, "norm": 4, "softmax": 4, "var": 6, "std": 6, "log_softmax": 8,
@@ -32,6 +36,56 @@ CUDA_POINTWISE_CAT = 8
 #: weights of a model's parallel linears are often a few more than 8, and copied, each would be a
 #: kernel of its own.
 MAX_SCATTERED = 16
+
+
+def numel_of(fact: Fact | None) -> int | None:
+    if fact is None or any(s is None for s in fact[0]):
+        return None
+    n = 1
+    for s in fact[0]:
+        n *= s  # type: ignore[operator]
+    return n
+
+
+def kind_of(registry: Registry, op: str, key: object = None) -> str:
+    """``view`` | ``pointwise`` | ``reduction`` | ``matmul`` | ``extern`` | ``cat`` | ``input``
+    | ``list``."""
+    if op == "Input":
+        return "input"
+    if op in ("Cons", "Nil"):
+        return "list"
+    if op in FREE_CONSTRUCTORS:
+        return "view"
+    if op == "Move":  # a copy in another order: a pointwise loop, which fuses
+        return "pointwise"
+    if op == "Cat":
+        return "cat"
+    return category(registry.calls[key])  # type: ignore[index]
+
+
+#: Views that keep the order of the elements they show.
+RESHAPES = frozenset({"Unsqueeze", "Squeeze", "Flat", "Unflat"})
+
+
+def unreshaped(view: Term) -> Term:
+    """``view`` without the reshapes on top of it (a stack's piece: the slice it unsqueezes)."""
+    while view.op in RESHAPES:
+        view = view.args[0]
+    return view
+
+
+def reshaped(view: Term, base: Term) -> bool:
+    """Is ``view`` ``base`` through reshapes alone: can a matmul write ``base`` into a slot
+    that ``view`` fills?"""
+    return unreshaped(view) is base
+
+
+def rebase(view: Term, base: Term, new: Term) -> Term:
+    """``view`` of ``base`` as the same view of ``new``."""
+    if view is base:
+        return new
+    inner = tensor_args(view)[0]
+    return Term(view.op, tuple(rebase(inner, base, new) if a is inner else a for a in view.args))
 
 
 @dataclass
