@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import bounds, cache, cleanup, draws, effects, fake_values, modes, optable, rewrites, verify
+from optimus_egg import bounds, cache, cleanup, draws, effects, fake_values, modes, rewrites, step_cost, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -234,8 +234,8 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
-    if cheaper is None and bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
-        raise Keep("slices would cost backward kernels")
+    if cheaper is None:
+        _settle_tie(gm, new_gm, report, options, len(copies))
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
                         "it would save copies for the backward")
@@ -302,28 +302,48 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
 
 
 def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
-    """Cheaper by the cost model's figure; on a tie under ``inductor``, fewer eager launches
-    (``copies``: the copies added since extraction; what Inductor does not fuse, a GPU
-    launches); then fewer cat inputs. No cost model prices cat inputs in kernels (a cat is one
-    launch on a GPU), but Inductor's CPU backend writes each one with a loop of its own, and a
-    piece glued back whole reads as one contiguous copy. With gradients a tie-break is None,
-    cheaper only if the emitted graph slices no more tensors outside splits
-    (:func:`bounds.loose_slices`): a slice's gradient is a zero-filled copy where a split's is one cat
-    (which is why :func:`optimus_egg.cleanup.cut_cat_slices` cuts overlapping slices into one
-    split)."""
+    """Cheaper by the cost model's figure; on a tie, None where the step has gradients (the
+    backward settles it, :func:`_settle_tie`), else :func:`_tie_break`."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
+    return None if _grad_inputs(gm) else _tie_break(report, copies)
+
+
+def _tie_break(report: Report, copies: int) -> bool:
+    """Fewer eager launches under ``inductor`` (``copies``: the copies added since extraction;
+    what Inductor does not fuse, a GPU launches); then fewer cat inputs. No cost model prices cat
+    inputs in kernels (a cat is one launch on a GPU), but Inductor's CPU backend writes each one
+    with a loop of its own, and a piece glued back whole reads as one contiguous copy."""
     before = after = 0.0  # (under another model the copies are in its own figure, which tied)
     if report.cost_model == "inductor":
         before, after = report.costs["eager"]
         after += copies
     if abs(after - before) > 1e-9:
-        fewer = after < before
-    else:
-        fewer = report.cat_inputs[1] < report.cat_inputs[0]
-    if not fewer:
-        return False
-    return None if _grad_inputs(gm) else True
+        return after < before
+    return report.cat_inputs[1] < report.cat_inputs[0]
+
+
+def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, options: Options, copies: int) -> None:
+    """A forward tie in a step with gradients: the rewrite stands if the forward and backward
+    autograd derives from it cost less (:mod:`optimus_egg.step_cost`), or as much and the tie
+    breaks its way. Where the backward cannot be traced, it also may slice no more tensors
+    outside splits (:func:`bounds.loose_slices`): a slice's gradient is a zero-filled copy
+    where a split's is one cat."""
+    weights = weights_for(options.cost_profile, select.input_device(gm.graph.find_nodes(op="placeholder"))) \
+        if options.cost_profile else None
+    start = time.perf_counter()
+    step = step_cost.changed(gm, new_gm, weights)
+    report.seconds["backward"] = time.perf_counter() - start
+    if step is not None:
+        report.step_kernels = before, after = step
+        if abs(after - before) > 1e-9:
+            if after > before:
+                raise Keep("the backward would cost more")
+            return
+    elif bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
+        raise Keep("slices would cost backward kernels")
+    if not _tie_break(report, copies):
+        raise Keep("")
 
 
 def _search_or_reuse(tr: Translation, roots: list[Term], options: Options, report: Report,
