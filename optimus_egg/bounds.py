@@ -113,7 +113,8 @@ def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     """Each input that ``new`` would have autograd save where ``old`` did not (:func:`saved_inputs`)
     copied once before any call reads it, every call reading the copy: what autograd saves is
     then the step's own tensor, as eager's cat was. Returns the copies written, or None where an
-    output is such an input or a view of it (a copy would make it fresh)."""
+    output is such an input or a view of it (a copy would make it fresh), or one cannot be copied
+    so that Inductor keeps the copy (:func:`_kept_copy`)."""
     added = saved_inputs(new) - saved_inputs(old)
     if not added:
         return []
@@ -124,12 +125,33 @@ def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     for node in list(new.graph.nodes):
         if node.op in ("placeholder", "get_attr") and added & _input_keys(new, node):
             with new.graph.inserting_before(first_call):
-                copy = new.graph.call_function(torch.clone, (node,))
-            fake_values.fake_run(copy)
-            node.replace_all_uses_with(copy, delete_user_cb=lambda user, copy=copy: user is not copy)
+                copy = _kept_copy(new.graph, node)
+            if copy is None:
+                return None
+            node.replace_all_uses_with(copy, delete_user_cb=lambda user, copy=copy: user not in copy.all_input_nodes)
             copies.append(copy)
     new.recompile()
     return copies
+
+
+def _kept_copy(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
+    """A copy of ``node`` that Inductor keeps: the cat of two narrows of it along its longest
+    dim; None where it has no dim of 2 elements or more. Inductor's joint-graph passes remove a
+    clone as a no-op, and a cat of a ``split_with_sizes``'s pieces in order as the tensor split,
+    before its partitioner picks what to save; it would then save the input itself (as plain
+    Inductor does for ``x.clone() @ w``)."""
+    shape = [static_int(s) for s in val(node).shape]
+    dims = [d for d, n in enumerate(shape) if n is not None and n >= 2]
+    if not dims:
+        return None
+    dim = max(dims, key=lambda d: shape[d])
+    half = shape[dim] // 2
+    pieces = [graph.call_function(torch.narrow, (node, dim, 0, half)),
+              graph.call_function(torch.narrow, (node, dim, half, shape[dim] - half))]
+    copy = graph.call_function(torch.cat, (pieces, dim))
+    for n in (*pieces, copy):
+        fake_values.fake_run(n)
+    return copy
 
 
 def saved_outputs(gm: fx.GraphModule) -> set[int]:
@@ -157,7 +179,8 @@ def _reads_operands(node: fx.Node) -> bool:
 
 
 def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:
-    """The calls that read ``node``'s value, through views of it (calls sharing its storage)."""
+    """The calls that read ``node``'s value, through views of it (calls sharing its storage) and
+    through copies Inductor removes (:func:`_no_op_copy`)."""
     out: list[fx.Node] = []
     stack, seen = list(node.users), set()
     while stack:
@@ -165,7 +188,7 @@ def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:
         if user in seen:
             continue
         seen.add(user)
-        if key is not None and key in _keys(user):
+        if key is not None and (key in _keys(user) or _no_op_copy(user)):
             stack.extend(user.users)
         else:
             out.append(user)
@@ -191,6 +214,13 @@ def _as_traced(size: int | torch.SymInt) -> int:
     if known is None and isinstance(size, torch.SymInt):
         known = size.node.hint
     return known if known is not None else 1
+
+
+def _no_op_copy(node: fx.Node) -> bool:
+    """A copy that Inductor removes before it partitions (``optable.INDUCTOR_NO_OP_COPIES``)."""
+    entry = optable.lookup(node)
+    return entry is not None and (entry.name in optable.INDUCTOR_NO_OP_COPIES or (
+        entry.name in optable.CATS and len(node.all_input_nodes) == 1))
 
 
 def _needs_grad(node: fx.Node) -> bool:

@@ -217,6 +217,10 @@ GRADIENT_WITHOUT_OPERANDS = frozenset({"add", "sub", "neg", "cat", "concat", "co
                                        "contiguous", "to", "type", "float", "double", "sum", "mean", "expand",
                                        "expand_as", "relu", "sigmoid", "expit", "tanh", "exp", "softmax",
                                        "log_softmax", "dropout"})
+#: Copies Inductor's joint-graph passes remove as no-ops (``remove_noop_ops``) before its
+#: partitioner picks what to save, with a cat or stack of one tensor: what autograd saves for
+#: an op reading one may be the copied tensor itself.
+INDUCTOR_NO_OP_COPIES = frozenset({"clone"})
 #: Ops whose gradient reads their result: autograd saves the tensor they return.
 GRADIENT_OF_RESULT = frozenset({"exp", "exp2", "expm1", "tanh", "sigmoid", "expit", "softmax", "log_softmax", "sqrt",
                                 "rsqrt", "reciprocal"})
