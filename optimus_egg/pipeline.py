@@ -332,7 +332,7 @@ def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, opti
     weights = weights_for(options.cost_profile, select.input_device(gm.graph.find_nodes(op="placeholder"))) \
         if options.cost_profile else None
     start = time.perf_counter()
-    step = step_cost.changed(gm, new_gm, weights)
+    step = step_cost.changed(gm, new_gm, options.cost_model, weights)
     report.seconds["backward"] = time.perf_counter() - start
     if step is not None:
         report.step_kernels = before, after = step

@@ -79,7 +79,7 @@ class Report:
     kernels_after: float = 0.0
     cost_model: str = ""
     costs: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # every cost model: (before, after)
-    step_kernels: tuple[float, float] | None = None  # a forward tie with gradients: forward + backward, by Inductor's model
+    step_kernels: tuple[float, float] | None = None  # a forward tie with gradients: forward + backward, by the cost model
     cat_inputs: tuple[int, int] = (0, 0)  # tensors that cats and stacks read, before and after
     extraction: dict[str, Any] = field(default_factory=dict)  # per extractor: cost, seconds (ILP: status)
     cache_hit: bool = False  # the search was served from the in-process cache (no saturation)

@@ -1,5 +1,5 @@
 """A training step's kernels: the forward and backward graphs AOTAutograd derives from a Dynamo
-graph, priced by the Inductor model.
+graph, priced by a cost model.
 
 A forward rewrite can tie in kernels and still change the backward autograd writes for it:
 ``relu`` pulled out of a cat saves its mask over the whole cat, and a clone's gradient is added
@@ -23,8 +23,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from optimus_egg.emit import ORIGIN
-from optimus_egg.extract.inductor import InductorCost
-from optimus_egg.extract.select import input_device, translated
+from optimus_egg.extract import select
 from optimus_egg.frontend import translate
 from optimus_egg.logger import log_debug
 from optimus_egg.nodes import val
@@ -35,15 +34,15 @@ from optimus_egg.nodes import val
 MAX_TRACED = 60
 
 
-def changed(gm: fx.GraphModule, new_gm: fx.GraphModule, weights: dict[str, float] | None = None
-            ) -> tuple[float, float] | None:
+def changed(gm: fx.GraphModule, new_gm: fx.GraphModule, cost_model: str = "inductor",
+            weights: dict[str, float] | None = None) -> tuple[float, float] | None:
     """The step's figure (:func:`step_kernels`) of the part of ``gm`` that ``new_gm`` computes
     otherwise, before and after; None where it cannot be figured."""
     old_part, new_part = _differing(gm, new_gm)
     if not old_part and not new_part or len(old_part) + len(new_part) > MAX_TRACED:
         return None
-    before = step_kernels(_subgraph(gm, _with_neighbours(old_part)), weights)
-    after = step_kernels(_subgraph(new_gm, _with_neighbours(new_part)), weights)
+    before = step_kernels(_subgraph(gm, _with_neighbours(old_part)), cost_model, weights)
+    after = step_kernels(_subgraph(new_gm, _with_neighbours(new_part)), cost_model, weights)
     return None if before is None or after is None else (before, after)
 
 
@@ -127,10 +126,12 @@ def _subgraph(gm: fx.GraphModule, part: set[fx.Node]) -> fx.GraphModule:
     return fx.GraphModule(gm, graph)
 
 
-def step_kernels(gm: fx.GraphModule, weights: dict[str, float] | None = None) -> float | None:
-    """The Inductor model's figure for the forward plus the backward that AOTAutograd partitions
-    ``gm`` into (Inductor's decompositions, its min-cut partitioner, neither graph rewritten by
-    the backend); None where they cannot be derived."""
+def step_kernels(gm: fx.GraphModule, cost_model: str = "inductor", weights: dict[str, float] | None = None
+                 ) -> float | None:
+    """``cost_model``'s figure (:data:`optimus_egg.extract.select.COST_MODELS`) for the forward
+    plus the backward that AOTAutograd partitions ``gm`` into (Inductor's decompositions, its
+    min-cut partitioner, neither graph rewritten by the backend); None where they cannot be
+    derived."""
     try:
         graphs = _partitioned(gm)
     except Exception as exc:  # noqa: BLE001 - a graph AOTAutograd cannot trace here is priced as before
@@ -138,11 +139,11 @@ def step_kernels(gm: fx.GraphModule, weights: dict[str, float] | None = None) ->
         return None
     if len(graphs) != 2:  # (no backward: nothing requires grad after all)
         return None
-    device = input_device(gm.graph.find_nodes(op="placeholder"))
+    device = select.input_device(gm.graph.find_nodes(op="placeholder"))
     total = 0.0
     for graph in graphs:
         tr = translate(graph)
-        total += InductorCost(tr.registry, weights, device).total(translated(tr))
+        total += select.cost_model(cost_model, tr.registry, weights, device).total(select.translated(tr))
     return total
 
 
