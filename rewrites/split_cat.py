@@ -195,6 +195,13 @@ RULES = [
     Rule("unflat-of-slice", "(Unflat (Sl x d s a) d c)", "(Sl (Unflat x d (/ m (/ a c))) d (/ s (/ a c)) c)",
          ("(= m (size x d))", "(= 0 (% a c))", "(= 0 (% s (/ a c)))", "(= 0 (% m (/ a c)))"),
          covers="split_stack_to_cats_pass"),
+    # ... and where the slice is not aligned to rows of x (or x's dim is no whole number of
+    # them): the rows of the widest window of x aligned to the slice, as piece-as-row cuts a
+    # piece. Stacked pieces of a split after a piece of another width become adjacent rows.
+    Rule("unflat-of-slice-in-window", "(Unflat (Sl x d s a) d c)",
+         "(Sl (Unflat (Sl x d o w) d (/ w i)) d (/ (- s o) i) c)",
+         ("(= m (size x d))", "(= 0 (% a c))", "(= i (/ a c))", "(= o (% s i))", "(= w (* i (/ (- m o) i)))",
+          "(< w m)"), covers="split_stack_to_cats_pass"),
     # Reshapes commute with slices on the other dims.
     Rule("flat-of-slice-before", "(Flat (Sl x e s n) d)", "(Sl (Flat x d) e s n)", ("(< e d)",),
          covers="move_reshape_out_of_split_stack_pass"),

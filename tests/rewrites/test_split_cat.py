@@ -281,6 +281,37 @@ def test_stack_of_equal_split_pieces_is_an_unflattened_view():
         assert report.rules_fired["unflat-of-slice"] > 0 and launches(gm, y) == 1
 
 
+def test_stacked_pieces_off_the_rows_of_their_tensor_are_rows_of_a_window():
+    """Pieces of 2 after a piece of 1 are no rows of x's dim cut by 2 (they start at odd
+    offsets), but rows of the window x[:, 1:15]: adjacent ones are one slice of it, stacked."""
+    x = torch.randn(2, 16, 3)
+    ones = torch.ones(2, 2, 3)
+
+    def between_constants(x):
+        p = torch.split(x, [1, 2, 2, 2, 2, 2, 4, 1], dim=1)
+        return torch.stack([ones, p[4], p[5], ones], 1)
+
+    cases = [between_constants,
+             lambda x: torch.stack(torch.split(x, [1, 2, 2, 2, 9], 1)[1:4], 1),
+             lambda x: torch.stack([x[:, 3:6], x[:, 6:9]], -3),  # 16 is no whole number of rows of 3
+             lambda x: torch.stack(torch.split(x.transpose(1, 2), [1, 4, 4, 7], 2)[1:3], 2) * 2]
+    for fn in cases:
+        report, gm = check_rule(fn, x)
+        assert report.rules_fired["unflat-of-slice-in-window"] > 0
+        assert launches(gm, x) <= launches(fn, x)
+        assert report.cat_inputs[1] < report.cat_inputs[0]  # the stacked pieces read as one block
+    # rows of the whole dim (aligned, 12 a whole number of them) need no window
+    report, _ = check_rule(lambda y: torch.stack(torch.split(y, 4, 1)[1:], 1) * 2, torch.randn(4, 12))
+    assert report.rules_fired["unflat-of-slice"] > 0 and "unflat-of-slice-in-window" not in report.rules_fired
+
+
+def test_a_window_of_rows_keeps_the_gradient():
+    from tests.helpers import Weighted, check_training
+    model = Weighted(16, lambda x, w: torch.stack(torch.split(x * w, [1, 2, 2, 11], 1)[1:3], 1))
+    gm = check_training(model, torch.randn(4, 16))  # (the step priced: a cheaper backward too)
+    assert sum(n.target is torch.stack for n in gm.graph.nodes) == 0
+
+
 def test_unbind_cat_on_another_dim_or_order_keeps_the_cat():
     check(lambda x: torch.cat(torch.unbind(x, 1), 0) * 2, X3)  # a transpose, not a view
     check(lambda x: torch.cat(torch.unbind(x, 1)[::-1], 1) * 2, X3)
