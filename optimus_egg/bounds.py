@@ -98,15 +98,12 @@ def loose_slices(gm: fx.GraphModule) -> int:
 
 
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
-    """Storages of the graph's inputs without grad (data, not parameters) that autograd may save
-    for the backward: read (through views) by an op whose result requires grad and whose
-    gradient reads its operands. A caller may write such an input between the step's forward
-    and its backward where eager saved a copy of it (the cat of its pieces that a matmul read):
-    a rewrite must not save the input instead. (A parameter is written by the optimizer after
-    the backward, an input with grad not in place at all while autograd holds it.)"""
+    """Storages of the graph's inputs that a caller may write between the step's forward and its
+    backward (all but leaves that require grad: eager refuses to write those in place) and that
+    autograd may save (:func:`_saved`). Where eager saved a copy of such an input (the cat of
+    its pieces that a matmul read), a rewrite must not save the input instead."""
     return {key for node in gm.graph.nodes if node.op in ("placeholder", "get_attr")
-            for key in _input_keys(gm, node, without_grad=True)
-            if any(r.op != "output" and _needs_grad(r) and _reads_operands(r) for r in _readers(node, key))}
+            for key in _input_keys(gm, node, writable=True) if _saved(node, key)}
 
 
 def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] | None:
@@ -156,10 +153,62 @@ def _kept_copy(graph: fx.Graph, node: fx.Node) -> fx.Node | None:
 
 def saved_outputs(gm: fx.GraphModule) -> set[int]:
     """The outputs (by place) that autograd saves for the backward: results that require grad
-    of an op whose gradient reads its result (a tanh). Written in place by the caller, they fail
-    the backward, where eager's were a cat of such results, saved apart."""
-    return {i for i, n in enumerate(_output_leaves(gm)) if isinstance(n, fx.Node) and _needs_grad(n)
-            and (entry := optable.lookup(n)) is not None and entry.name in optable.GRADIENT_OF_RESULT}
+    of an op whose gradient reads its result (a tanh), and outputs whose storage an op saves
+    (:func:`_saved`: the output of a neg that a mul also reads, or one computed once for two
+    equal expressions). Written in place by the caller, they fail the backward or change its
+    gradients, where eager's were a cat of such results, or another tensor, saved apart."""
+    places = set()
+    for i, node in enumerate(_output_leaves(gm)):
+        if not isinstance(node, fx.Node):
+            continue
+        entry = optable.lookup(node)
+        if _needs_grad(node) and entry is not None and entry.name in optable.GRADIENT_OF_RESULT:
+            places.add(i)
+        elif any(_saved(*_storage_root(node, key)) for key in _keys(node)):
+            places.add(i)
+    return places
+
+
+def _saved(node: fx.Node, key: StorageKey) -> bool:
+    """Whether autograd may save ``node``'s storage ``key`` for the backward: an op whose result
+    requires grad and whose gradient reads its operands reads it, through views, through copies
+    Inductor removes (:func:`_no_op_copy`), or through ops Inductor's partitioner may recompute
+    in the backward from their operands, which it then saves (pointwise ops and loops: the
+    ``neg`` of an input that a ``mul`` reads)."""
+    stack, seen = list(node.users), set()
+    while stack:
+        user = stack.pop()
+        if user in seen or user.op == "output":
+            continue
+        seen.add(user)
+        through = key in _keys(user) or _no_op_copy(user)
+        if not through and _needs_grad(user) and _reads_operands(user):
+            return True
+        if through or _recomputable(user):
+            stack.extend(user.users)
+    return False
+
+
+def _recomputable(node: fx.Node) -> bool:
+    """An op Inductor's partitioner may recompute in the backward: pointwise, or a loop."""
+    entry = optable.lookup(node)
+    return entry is not None and entry.name not in optable.CATS and (
+        entry.kind in (optable.Kind.POINTWISE, optable.Kind.VIEW, optable.Kind.MAYBE_VIEW)
+        or entry.name in optable.LOOP_OPS)
+
+
+def _storage_root(node: fx.Node, key: StorageKey) -> tuple[fx.Node, StorageKey]:
+    """The node whose storage ``node``'s storage ``key`` is once Inductor has run: up its chain
+    of views, and of copies it removes (:func:`_no_op_copy`: an output's clone of a result is
+    the result, which another op may save)."""
+    while True:
+        up = next((a for a in node.all_input_nodes if key in _keys(a)), None)
+        if up is None and _no_op_copy(node) and node.all_input_nodes:
+            up = node.all_input_nodes[0]
+            key = next(iter(_keys(up)), key)
+        if up is None:
+            return node, key
+        node = up
 
 
 def _output_leaves(gm: fx.GraphModule) -> list[object]:
@@ -167,9 +216,10 @@ def _output_leaves(gm: fx.GraphModule) -> list[object]:
     return pytree.tree_leaves(next(iter(gm.graph.find_nodes(op="output"))).args[0])
 
 
-def _input_keys(gm: fx.GraphModule, node: fx.Node, without_grad: bool = False) -> set[StorageKey]:
-    """The storages of an input's (or attribute's) tensors; ``without_grad``: those that need none."""
-    return {k for t in tensors(value_in(gm, node)) if not (without_grad and t.requires_grad)
+def _input_keys(gm: fx.GraphModule, node: fx.Node, writable: bool = False) -> set[StorageKey]:
+    """The storages of an input's (or attribute's) tensors; ``writable``: those a caller may
+    write in place (not leaves that require grad)."""
+    return {k for t in tensors(value_in(gm, node)) if not (writable and t.requires_grad and t.is_leaf)
             if (k := storage_key(t)) is not None}
 
 
