@@ -182,11 +182,17 @@ def _saved(node: fx.Node, key: StorageKey) -> bool:
             continue
         seen.add(user)
         through = key in _keys(user) or _no_op_copy(user)
-        if not through and _needs_grad(user) and _reads_operands(user):
+        if not through and not _reshape(user) and _needs_grad(user) and _reads_operands(user):
             return True
         if through or _recomputable(user):
             stack.extend(user.users)
     return False
+
+
+def _reshape(node: fx.Node) -> bool:
+    """A view or a reshape that copies (of a strided view): its gradient reads no operand."""
+    entry = optable.lookup(node)
+    return entry is not None and entry.kind in (optable.Kind.VIEW, optable.Kind.MAYBE_VIEW)
 
 
 def _recomputable(node: fx.Node) -> bool:

@@ -256,3 +256,5 @@ def lookup(node: fx.Node) -> OpDef | None:
     except TypeError:  # unhashable target
         return None
 
+# The emitter's spelling of a copy in order after a move (`structural`): the unbound method.
+_BY_TARGET[torch.Tensor.contiguous] = _BY_TARGET["contiguous"]

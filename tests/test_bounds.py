@@ -292,3 +292,14 @@ def test_what_autograd_saves_is_not_what_the_caller_may_write(fn, w_shape, non_l
     got = _step(fn, x, w, non_leaf, compiled=True, write_output=write_output)
     for g, r in zip(got, want, strict=True):
         torch.testing.assert_close(g, r)
+
+
+def test_a_reshape_or_a_copy_in_order_saves_nothing():
+    """An input returned as a piece, its other pieces moved and copied in order (the emitter's
+    ``torch.Tensor.contiguous``) into a cat: neither the reshape nor the copy saves the input."""
+    from optimus_egg.bench.optimus_cases import cases
+    from optimus_egg.bench.steps import training_inputs
+
+    model, inputs = cases()["split_cat_input_shuffling_multiple_output"]()
+    report, _ = check(model, *training_inputs(model, inputs))
+    assert not report.kept and not report.dropped and report.kernels_after < report.kernels_before
