@@ -173,8 +173,8 @@ def _saved(node: fx.Node, key: StorageKey) -> bool:
     """Whether autograd may save ``node``'s storage ``key`` for the backward: an op whose result
     requires grad and whose gradient reads its operands reads it, through views, through copies
     Inductor removes (:func:`_no_op_copy`), or through ops Inductor's partitioner may recompute
-    in the backward from their operands, which it then saves (pointwise ops and loops: the
-    ``neg`` of an input that a ``mul`` reads)."""
+    in the backward from their operands, which it then saves (:func:`_recomputable`: the
+    ``neg`` or the ``softmax`` of an input that a ``mul`` reads)."""
     stack, seen = list(node.users), set()
     while stack:
         user = stack.pop()
@@ -196,11 +196,10 @@ def _reshape(node: fx.Node) -> bool:
 
 
 def _recomputable(node: fx.Node) -> bool:
-    """An op Inductor's partitioner may recompute in the backward: pointwise, or a loop."""
+    """An op Inductor's partitioner may recompute in the backward from what it reads: any but
+    cats, contractions and random ops (an op the table does not know included)."""
     entry = optable.lookup(node)
-    return entry is not None and entry.name not in optable.CATS and (
-        entry.kind in (optable.Kind.POINTWISE, optable.Kind.VIEW, optable.Kind.MAYBE_VIEW)
-        or entry.name in optable.LOOP_OPS)
+    return entry is None or (entry.name not in optable.NEVER_RECOMPUTED and entry.kind is not optable.Kind.RANDOM)
 
 
 def _storage_root(node: fx.Node, key: StorageKey) -> tuple[fx.Node, StorageKey]:

@@ -217,6 +217,10 @@ GRADIENT_WITHOUT_OPERANDS = frozenset({"add", "sub", "neg", "cat", "concat", "co
                                        "contiguous", "to", "type", "float", "double", "sum", "mean", "expand",
                                        "expand_as", "relu", "sigmoid", "expit", "tanh", "exp", "softmax",
                                        "log_softmax", "dropout"})
+#: Ops Inductor's partitioner never recomputes in the backward (a cat is not on its allowlist; a
+#: contraction is compute-intensive), with random ones: whatever else reads a tensor may be
+#: recomputed from it, so that the tensor is what the backward saves.
+NEVER_RECOMPUTED = CATS | CONTRACTIONS
 #: Copies Inductor's joint-graph passes remove as no-ops (``remove_noop_ops``) before its
 #: partitioner picks what to save, with a cat or stack of one tensor: what autograd saves for
 #: an op reading one may be the copied tensor itself.

@@ -324,11 +324,16 @@ def _tie_break(report: Report, copies: int) -> bool:
 
 
 def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, options: Options, copies: int) -> None:
-    """A forward tie in a step with gradients: the rewrite stands if the forward and backward
-    autograd derives from it cost less (:mod:`optimus_egg.step_cost`), or as much and the tie
-    breaks its way. Where the backward cannot be traced, it also may slice no more tensors
-    outside splits (:func:`bounds.loose_slices`): a slice's gradient is a zero-filled copy
-    where a split's is one cat."""
+    """A forward tie in a step with gradients: the rewrite stands if the tie breaks its way, it
+    slices no more tensors outside splits (:func:`bounds.loose_slices`: a slice's gradient is a
+    zero-filled copy where a split's is one cat), and the forward and backward autograd derives
+    from it do not cost more (:mod:`optimus_egg.step_cost`). The step only refuses: its backward
+    is less calibrated than the forward's figure (CPU Inductor fuses a slice's gradient into the
+    sum of them that the model prices apart), so a cheaper step takes nothing the rest refuses."""
+    if not _tie_break(report, copies):
+        raise Keep("")
+    if bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
+        raise Keep("slices would cost backward kernels")
     weights = weights_for(options.cost_profile, select.input_device(gm.graph.find_nodes(op="placeholder"))) \
         if options.cost_profile else None
     start = time.perf_counter()
@@ -336,14 +341,8 @@ def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, opti
     report.seconds["backward"] = time.perf_counter() - start
     if step is not None:
         report.step_kernels = before, after = step
-        if abs(after - before) > 1e-9:
-            if after > before:
-                raise Keep("the backward would cost more")
-            return
-    elif bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
-        raise Keep("slices would cost backward kernels")
-    if not _tie_break(report, copies):
-        raise Keep("")
+        if after > before + 1e-9:
+            raise Keep("the backward would cost more")
 
 
 def _search_or_reuse(tr: Translation, roots: list[Term], options: Options, report: Report,

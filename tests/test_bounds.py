@@ -284,6 +284,10 @@ def _neg_returned_and_saved(x, w):
     (_neg_returned_and_saved, (6, 4), False, True),
     # two equal expressions computed once, one returned, the other saved
     (lambda x, w: (x.neg(), x.neg() * w), (6, 8), False, True),
+    # a softmax, or an op the table does not know, is recomputed from what it reads too
+    (lambda x, w: torch.cat(x.split(4, 1), 1).softmax(1) * w, (6, 8), False, False),
+    (lambda x, w: torch.cat(x.split(4, 1), 1).sinh() * w, (6, 8), False, False),
+    (lambda x, w: (x.neg() * 2, (x.neg() * 2).softmax(1) * w), (6, 8), False, True),
 ])
 def test_what_autograd_saves_is_not_what_the_caller_may_write(fn, w_shape, non_leaf, write_output):
     torch.manual_seed(0)

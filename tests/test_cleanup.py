@@ -9,7 +9,7 @@ import operator
 import pytest
 import torch
 
-from optimus_egg import optimize, step_cost
+from optimus_egg import optimize
 from tests.fuzz.check import check_program
 from tests.fuzz.programs import Program
 from tests.helpers import Fn, calls_to, check_training
@@ -132,16 +132,12 @@ def test_a_gap_is_any_stretch_no_span_covers():
     assert not _gap([(0, 2), (2, 2), (2, 12)])  # an empty span on a border
 
 
-def test_as_many_kernels_with_overlapping_slices_that_cannot_be_cut_is_kept_in_training(monkeypatch):
+def test_as_many_kernels_with_overlapping_slices_that_cannot_be_cut_is_kept_in_training():
     def gap(x):
         p = torch.split(x, 2, dim=1)
         return (torch.cat([*p[3:5], torch.tanh(p[0]), *p[:3]], 1),)
 
     x = torch.randn(4, 12, requires_grad=True)  # (a tie under eager launches: one cat either way)
-    gm, report = optimize(Fn(gap), (x,), cost_model="eager")
-    assert report.kept and report.kept_reason == "the backward would cost more"  # the step priced
-    assert report.step_kernels[1] > report.step_kernels[0]
-    monkeypatch.setattr(step_cost, "MAX_TRACED", 0)  # a change too large to trace: slices counted
     gm, report = optimize(Fn(gap), (x,), cost_model="eager")
     assert report.kept and report.kept_reason == "slices would cost backward kernels"
     assert not optimize(Fn(gap), (x.detach(),), cost_model="eager")[1].kept  # without gradients, fewer cat inputs win
