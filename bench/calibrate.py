@@ -84,10 +84,11 @@ def calibrate(factories: dict[str, Factory], cost_models: list[str]) -> list[dic
     for name, factory in factories.items():
         model, inputs = factory()
         model.eval()
-        graphs = [("captured", capture(model, inputs))]
-        for cm in cost_models:
-            gm, report = optimize_graph(capture(model, inputs), Options(cost_model=cm, strict=True))
-            graphs.append((f"optimized ({cm})", gm))
+        with torch.no_grad():  # measured in inference (:func:`measure`): nothing saved for a backward
+            graphs = [("captured", capture(model, inputs))]
+            for cm in cost_models:
+                gm, report = optimize_graph(capture(model, inputs), Options(cost_model=cm, strict=True))
+                graphs.append((f"optimized ({cm})", gm))
         for label, gm in graphs:
             eager, pred = predict(gm)
             got = measure(gm, inputs)

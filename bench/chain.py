@@ -235,10 +235,11 @@ def searched(n: int, model: torch.nn.Module, inputs: tuple[torch.Tensor, ...], r
              options: Options = STRICT) -> str:
     """Capture an ``n``-block ``model`` as Dynamo does and :func:`timed_optimize` it: one line on
     the searches, with the capture's seconds as the yardstick (``floor``: what to compare with)."""
-    began = time.perf_counter()
-    captured = capture(model, inputs)
-    capture_s = time.perf_counter() - began
-    gm, report, totals = timed_optimize(captured, reps, options)
+    with torch.no_grad():  # (eager launches are an inference figure: nothing saved for a backward)
+        began = time.perf_counter()
+        captured = capture(model, inputs)
+        capture_s = time.perf_counter() - began
+        gm, report, totals = timed_optimize(captured, reps, options)
     phases = ", ".join(f"{k} {v:.2f}s" for k, v in report.seconds.items())
     return (f"N={n}: eager launches {eager_launches(model, *inputs)} → {eager_launches(gm, *inputs)}{floor}; "
             f"{report.enodes} e-nodes, {report.iterations} "

@@ -61,8 +61,11 @@ def test_explain_a_model_file(capsys, tmp_path, monkeypatch):
     assert len(regions) == int(re.search(r"rewritten regions: (\d+)", out)[1]) >= 2
     cruft = next(r for r in regions if "torch.functional.split" in r)
     before, after = cruft.split("  after:")
-    assert "torch.cat" in before and "torch.cat" not in after
-    assert "sigmoid_new = torch.sigmoid(l_x_)" in after  # renamed: the original has a "sigmoid" too
+    # (in a step with gradients the input is read through one copy, a cat of two narrows, which
+    # autograd may save where it saved the cat of the sigmoids: bounds.copy_saved_inputs)
+    assert "torch.cat" in before and after.count("torch.cat") < before.count("torch.cat")
+    # renamed (the original has a "sigmoid" too), of the input or of its copy
+    assert re.search(r"sigmoid_new = torch\.sigmoid\((l_x_|cat_\d+)\)", after)
     relus = next(r for r in regions if "hardtanh(" in r.split("  after:")[0])  # nn.ReLU6 is a hardtanh
     assert relus.split("  after:")[1].count("hardtanh(") == 1  # two ReLU6s became one
     for name in ("before", "after"):
