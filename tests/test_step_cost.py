@@ -9,7 +9,7 @@ from optimus_egg.bench.optimus_cases import cases
 from optimus_egg.bench.steps import training_inputs
 from optimus_egg.options import Options
 from optimus_egg.pipeline import capture, optimize_graph
-from tests.helpers import Fn, check
+from tests.helpers import INDUCTOR_2_13, Fn, check
 
 
 def swapped_neg(x):
@@ -31,6 +31,7 @@ def glued_back(x):
     return a.relu(), torch.cat([a, b], 1), b
 
 
+@INDUCTOR_2_13
 @pytest.mark.parametrize("fn", [swapped_neg, swapped_relu, glued_back])
 def test_a_forward_tie_whose_backward_costs_more_keeps_the_graph(fn):
     report, _ = check(fn, torch.randn(6, 8, requires_grad=True))
@@ -71,6 +72,7 @@ def test_only_the_calls_a_rewrite_changes_are_traced():
     assert old_part and new_part
 
 
+@INDUCTOR_2_13
 def test_a_training_step_with_weight_pieces_builds_no_more_than_inductor():
     """Pieces of x times pieces of a weight, glued back: the forward ties, and the step model
     prices the rewrite's backward (the weight's slices as a split) cheaper than CPU Inductor
