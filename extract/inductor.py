@@ -22,8 +22,7 @@ from optimus_egg.egraph import ENode, Frozen
 from optimus_egg.extract.cost import _weights, list_classes
 from optimus_egg.extract.dag import Dag, Fact
 from optimus_egg.extract.fusion import predict
-from optimus_egg.extract.kernels import kind_of
-from optimus_egg.extract.kernels import Prediction
+from optimus_egg.extract.kernels import Prediction, kind_of
 from optimus_egg.ir import CONSTRUCTORS
 
 

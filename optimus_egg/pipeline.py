@@ -223,8 +223,9 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     if copies:
         # Outputs that eager returns as distinct tensors and that became views of one (each a
         # select of a fused op's result) are copied out, as are outputs laid out otherwise and
-        # inputs autograd would save: kernels the extraction did not price. They count as any kernel does: a copy of x for
-        # cat(split(x)) is one kernel as the cat is, and reads one tensor where the cat reads each piece.
+        # inputs autograd would save: kernels the extraction did not price. They count as any
+        # kernel does: a copy of x for cat(split(x)) is one kernel as the cat is, and reads one
+        # tensor where the cat reads each piece.
         report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in copies)
         cheaper = _cheaper(report, gm, len(copies))
         if cheaper is False:
@@ -235,7 +236,7 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
     if cheaper is None:
-        _settle_tie(gm, new_gm, report, options, len(copies))
+        _settle_tie(gm, new_gm, report, options)
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
                         "it would save copies for the backward")
@@ -302,11 +303,13 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
 
 
 def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
-    """Cheaper by the cost model's figure; on a tie, None where the step has gradients (the
-    backward settles it, :func:`_settle_tie`), else :func:`_tie_break`."""
+    """Cheaper by the cost model's figure; on a tie, :func:`_tie_break`, and where it takes the
+    rewrite in a step with gradients None: the backward settles it (:func:`_settle_tie`)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    return None if _grad_inputs(gm) else _tie_break(report, copies)
+    if not _tie_break(report, copies):
+        return False
+    return None if _grad_inputs(gm) else True
 
 
 def _tie_break(report: Report, copies: int) -> bool:
@@ -323,15 +326,13 @@ def _tie_break(report: Report, copies: int) -> bool:
     return report.cat_inputs[1] < report.cat_inputs[0]
 
 
-def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, options: Options, copies: int) -> None:
-    """A forward tie in a step with gradients: the rewrite stands if the tie breaks its way, it
+def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, options: Options) -> None:
+    """A forward tie in a step with gradients that the tie-break takes: the rewrite stands if it
     slices no more tensors outside splits (:func:`bounds.loose_slices`: a slice's gradient is a
     zero-filled copy where a split's is one cat), and the forward and backward autograd derives
     from it do not cost more (:mod:`optimus_egg.step_cost`). The step only refuses: its backward
     is less calibrated than the forward's figure (CPU Inductor fuses a slice's gradient into the
     sum of them that the model prices apart), so a cheaper step takes nothing the rest refuses."""
-    if not _tie_break(report, copies):
-        raise Keep("")
     if bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
         raise Keep("slices would cost backward kernels")
     weights = weights_for(options.cost_profile, select.input_device(gm.graph.find_nodes(op="placeholder"))) \

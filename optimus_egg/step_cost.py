@@ -19,7 +19,6 @@ from typing import Any
 
 import torch
 import torch.fx as fx
-
 from torch.utils import _pytree as pytree
 
 from optimus_egg.emit import ORIGIN
@@ -29,9 +28,10 @@ from optimus_egg.logger import log_debug
 from optimus_egg.nodes import val
 
 
-#: The most nodes of the two graphs' changed parts that are traced; a larger change is settled as
-#: in inference (tracing takes milliseconds a node).
+#: The most nodes of the two graphs' changed parts that are traced; a larger change is not priced
+#: (tracing takes milliseconds a node).
 MAX_TRACED = 60
+_CALLS = ("call_function", "call_method", "call_module")
 
 
 def changed(gm: fx.GraphModule, new_gm: fx.GraphModule, cost_model: str = "inductor",
@@ -64,9 +64,8 @@ def _differing(gm: fx.GraphModule, new_gm: fx.GraphModule) -> tuple[set[fx.Node]
                 same[node] = old
                 break
     kept = set(same.values())
-    calls = ("call_function", "call_method", "call_module")
-    return ({n for n in gm.graph.nodes if n.op in calls and n not in kept},
-            {n for n in new_gm.graph.nodes if n.op in calls and n not in same})
+    return ({n for n in gm.graph.nodes if n.op in _CALLS and n not in kept},
+            {n for n in new_gm.graph.nodes if n.op in _CALLS and n not in same})
 
 
 def _same_call(node: fx.Node, old: fx.Node, same: dict[fx.Node, fx.Node]) -> bool:
@@ -88,16 +87,15 @@ def _same_call(node: fx.Node, old: fx.Node, same: dict[fx.Node, fx.Node]) -> boo
 def _with_neighbours(part: set[fx.Node]) -> set[fx.Node]:
     """``part`` with the calls that read from it or that it reads (where its backward kernels
     fuse), and whole multi-output calls: a split with all the pieces taken of it."""
-    calls = ("call_function", "call_method", "call_module")
-    out = part | {m for n in part for m in (*n.all_input_nodes, *n.users) if m.op in calls}
+    out = part | {m for n in part for m in (*n.all_input_nodes, *n.users) if m.op in _CALLS}
     stack = list(out)
     while stack:
         node = stack.pop()
         more = [*node.users] if isinstance(val(node), (tuple, list)) else []
-        if node.target is operator.getitem and node.args[0].op in calls:
+        if node.target is operator.getitem and node.args[0].op in _CALLS:
             more.append(node.args[0])
         for m in more:
-            if m not in out and m.op in calls:
+            if m not in out and m.op in _CALLS:
                 out.add(m)
                 stack.append(m)
     return out
