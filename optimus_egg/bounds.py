@@ -20,8 +20,7 @@ Backward work has the same blind spot. A pointwise op moved out of the cats of i
 (``cat(relu(a), relu(b)) → relu(cat(a, b))``) computes a piece once per cat that holds it: in a
 forward Inductor fuses each into its cat for free, but each has a gradient of its own in the
 backward, added up after (a shared expert in a PLE's gates). :func:`pointwise_elements` counts
-the elements pointwise ops with gradients compute. A slice's gradient is a zero-filled copy
-where a split's is one cat (:func:`loose_slices`).
+the elements pointwise ops with gradients compute.
 """
 
 from __future__ import annotations
@@ -87,14 +86,6 @@ def pointwise_elements(gm: fx.GraphModule) -> int:
     return sum(_elements(v) for n in gm.graph.nodes
                if (entry := optable.lookup(n)) is not None and entry.kind == optable.Kind.POINTWISE
                and isinstance(v := val(n), torch.Tensor) and v.requires_grad)
-
-
-def loose_slices(gm: fx.GraphModule) -> int:
-    """Slices and selects of tensors that require grad, other than a split's or unbind's pieces:
-    a slice's gradient is a zero-filled copy where a split's is one cat."""
-    return sum(1 for n in gm.graph.nodes
-               if n.op in ("call_function", "call_method") and n.target in optable.SLICING and n.args
-               and isinstance(v := val(n.args[0]), torch.Tensor) and v.requires_grad)
 
 
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:

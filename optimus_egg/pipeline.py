@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 import torch.fx as fx
 
-from optimus_egg import bounds, cache, cleanup, draws, effects, fake_values, modes, rewrites, step_cost, verify
+from optimus_egg import bounds, cache, cleanup, draws, effects, fake_values, modes, rewrites, verify
 from optimus_egg.egraph import EGraph, Frozen, Rows, rows
 from optimus_egg.emit import Emitter
 from optimus_egg.extract import Extraction, select
@@ -44,6 +44,10 @@ from optimus_egg.report import Costs, Report, UnchangedCosts
 class OptimizerFallback(UserWarning):
     """The optimizer failed on a graph and left it as it was. (With the pipeline, which warns
     it, rather than the options: it is what the run reports, not what the caller asks for.)"""
+
+
+#: Why a forward tie in a step with gradients keeps the graph (:func:`_cheaper`).
+TRAINING_TIE = "a forward tie, in a step whose backward the cost model does not price"
 
 
 class Keep(Exception):
@@ -190,9 +194,8 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     clock("translate")
     roots = [t for t in tr.outputs if isinstance(t, Term)]
     frozen, ex, names = _search_or_reuse(tr, roots, options, report, clock, disjoint_outputs)
-    cheaper = _cheaper(report, gm)
-    if cheaper is False:  # a rewrite that saves nothing gains nothing, and is a new graph for Inductor to fuse
-        raise Keep("")
+    if not _cheaper(report, gm):  # a rewrite that saves nothing gains nothing, and is a new graph for Inductor to fuse
+        raise Keep(_tie_reason(report, gm))
 
     classes = {t: frozen.refs[r] for t, r in names.items() if r in frozen.refs}
     emitter = Emitter(gm, tr, frozen, ex)
@@ -226,17 +229,15 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # inputs autograd would save: kernels the extraction did not price. They count as any
         # kernel does: a copy of x for cat(split(x)) is one kernel as the cat is, and reads one
         # tensor where the cat reads each piece.
-        report.kernels_after += sum(_copy_cost(n, options.cost_model) for n in copies)
-        cheaper = _cheaper(report, gm, len(copies))
-        if cheaper is False:
-            raise Keep("the outputs would need copies")
+        device = select.input_device(gm.graph.find_nodes(op="placeholder"))
+        report.kernels_after += sum(_copy_cost(n, options.cost_model, device) for n in copies)
+        if not _cheaper(report, gm, len(copies)):
+            raise Keep(_tie_reason(report, gm) or "the outputs would need copies")
     if _grad_inputs(new_gm) != _grad_inputs(gm):
         # An input that requires grad and no longer reaches an output (b in cat([a, b])[:, :n])
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
         # give the zeros back without changing values.
         raise Keep("an input would lose its gradient")
-    if cheaper is None:
-        _settle_tie(gm, new_gm, report, options)
     if options.memory_bound and bounds.saved_copies(new_gm) > bounds.saved_copies(gm):
         return _without(gm, options, report, disjoint_outputs, rewrites.BATCHING_FAMILIES,
                         "it would save copies for the backward")
@@ -302,14 +303,20 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
     return new_gm
 
 
-def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
-    """Cheaper by the cost model's figure; on a tie, :func:`_tie_break`, and where it takes the
-    rewrite in a step with gradients None: the backward settles it (:func:`_settle_tie`)."""
+def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool:
+    """Cheaper by the cost model's figure. A tie is taken only without gradients, by
+    :func:`_tie_break`: in a step with gradients the forward's figure cannot see the backward
+    autograd writes for a rewrite (``relu`` pulled out of a cat saves its mask over the whole
+    cat; a clone's gradient is added to the pieces' one loop later; a split's gradient is a cat
+    where CPU Inductor fuses the slices' gradients into their sum)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    if not _tie_break(report, copies):
-        return False
-    return None if _grad_inputs(gm) else True
+    return not _grad_inputs(gm) and _tie_break(report, copies)
+
+
+def _tie_reason(report: Report, gm: fx.GraphModule) -> str:
+    tie = abs(report.kernels_after - report.kernels_before) <= 1e-9
+    return TRAINING_TIE if tie and _grad_inputs(gm) else ""
 
 
 def _tie_break(report: Report, copies: int) -> bool:
@@ -324,26 +331,6 @@ def _tie_break(report: Report, copies: int) -> bool:
     if abs(after - before) > 1e-9:
         return after < before
     return report.cat_inputs[1] < report.cat_inputs[0]
-
-
-def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule, report: Report, options: Options) -> None:
-    """A forward tie in a step with gradients that the tie-break takes: the rewrite stands if it
-    slices no more tensors outside splits (:func:`bounds.loose_slices`: a slice's gradient is a
-    zero-filled copy where a split's is one cat), and the forward and backward autograd derives
-    from it do not cost more (:mod:`optimus_egg.step_cost`). The step only refuses: its backward
-    is less calibrated than the forward's figure (CPU Inductor fuses a slice's gradient into the
-    sum of them that the model prices apart), so a cheaper step takes nothing the rest refuses."""
-    if bounds.loose_slices(new_gm) > bounds.loose_slices(gm):
-        raise Keep("slices would cost backward kernels")
-    weights = weights_for(options.cost_profile, select.input_device(gm.graph.find_nodes(op="placeholder"))) \
-        if options.cost_profile else None
-    start = time.perf_counter()
-    step = step_cost.changed(gm, new_gm, options.cost_model, weights)
-    report.seconds["backward"] = time.perf_counter() - start
-    if step is not None:
-        report.step_kernels = before, after = step
-        if after > before + 1e-9:
-            raise Keep("the backward would cost more")
 
 
 def _search_or_reuse(tr: Translation, roots: list[Term], options: Options, report: Report,
@@ -429,13 +416,17 @@ def _cat_inputs(dag: Dag) -> int:
     return sum(1 for t in dag.order if t.op == "Cons" and t.args[2] >= 0)  # argument lists have dim -1
 
 
-def _copy_cost(node: fx.Node, cost_model: str) -> float:
-    """A copy under ``cost_model``: one kernel, or (``memory``) its bytes read and written."""
+def _copy_cost(node: fx.Node, cost_model: str, device: str) -> float:
+    """A copy under ``cost_model``: one kernel, or (``memory``) its bytes read and written. A
+    copy written as a cat (:func:`bounds.copy_saved_inputs`) is, under ``inductor`` on a CPU,
+    a loop for each tensor it reads, as any cat is there."""
     v = val(node)
-    if cost_model != "memory":
-        return 1.0
-    n = static_int(v.numel()) if isinstance(v, torch.Tensor) else None
-    return 2.0 * n * v.element_size() if n is not None else 0.0
+    if cost_model == "memory":
+        n = static_int(v.numel()) if isinstance(v, torch.Tensor) else None
+        return 2.0 * n * v.element_size() if n is not None else 0.0
+    if cost_model == "inductor" and device == "cpu" and node.target is torch.cat:
+        return float(len(node.args[0]))
+    return 1.0
 
 
 def _grad_inputs(gm: fx.GraphModule) -> set[tuple[str, Any]]:

@@ -79,7 +79,6 @@ class Report:
     kernels_after: float = 0.0
     cost_model: str = ""
     costs: Mapping[str, tuple[float, float]] = field(default_factory=dict)  # every cost model: (before, after)
-    step_kernels: tuple[float, float] | None = None  # a forward tie with gradients: forward + backward, by the cost model
     cat_inputs: tuple[int, int] = (0, 0)  # tensors that cats and stacks read, before and after
     extraction: dict[str, Any] = field(default_factory=dict)  # per extractor: cost, seconds (ILP: status)
     cache_hit: bool = False  # the search was served from the in-process cache (no saturation)
@@ -137,8 +136,6 @@ class Report:
         if self.zone_nodes:
             kept += (f" (around {self.zone_nodes} calls kept as written between mode switches, not counted;"
                      f" {self.segments} graphs optimized)")
-        if self.step_kernels:
-            kept = f" (with the backward {self.step_kernels[0]:g} → {self.step_kernels[1]:g}){kept}"
         return (f"optimus_egg: kernels {self.kernels_before:g} → {self.kernels_after:g}{kept}; "
                 f"e-graph {self.enodes} nodes / {self.eclasses} classes after {self.iterations} "
                 f"iterations ({self.stop_reason}); {self.total_seconds * 1e3:.0f} ms; rules: {fired or 'none'}")

@@ -146,7 +146,8 @@ def test_sequence_model_gradients_equal_eager():
     from optimus_egg.bench.zoo import zoo
 
     model, inputs = zoo(True)["sequence"]()
-    report = _compare(model, inputs)
+    # (a tie under the default model, which training keeps as written; eager launches take it)
+    report = _compare(model, inputs, options={"cost_model": "eager"})
     assert not report.kept and report.costs["eager"][1] < report.costs["eager"][0]
 
 

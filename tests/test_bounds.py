@@ -209,6 +209,22 @@ def test_without_a_gradient_to_save_for_nothing_is_copied():
     assert not report.kept and calls_named(gm, "narrow") == calls_named(gm, "cat") == 0
 
 
+def test_a_saved_input_copy_costs_a_loop_for_each_tensor_it_reads_on_cpu():
+    """``x`` glued back for a matmul while a piece of it is summed: as written, CPU Inductor writes
+    the cat and the sum in the cat's loops; the rewrite's copy of ``x`` (a cat of two narrows,
+    two loops) ties with it, and a forward tie in training keeps the graph. Priced as one kernel,
+    the copy made the rewrite look cheaper, and the step built a kernel more than Inductor's."""
+    def fn(x, w):
+        a, b = x.split(4, 1)
+        return torch.cat([a, b], 1) @ w, a.sum()
+
+    x, w = torch.randn(6, 8), torch.randn(8, 8, requires_grad=True)
+    report, _ = check(fn, x, w)
+    assert report.kept and report.kernels_after == report.kernels_before
+    report, gm = check(fn, x, w.detach())  # without gradients nothing is saved, nothing copied
+    assert not report.kept and calls_named(gm, "narrow") <= 1
+
+
 class GluedBackTwice(nn.Module):
     """``x`` glued back for a matmul, and ``y``'s relus glued back (a rewrite that pays)."""
 

@@ -16,12 +16,12 @@ LAYERS = [
     {"nodes", "effects", "structural", "calls", "aten"},
     {"rewrites", "rewrites."},
     {"egglog_bindings", "egraph", "frontend", "draws", "fake_values", "emit", "cleanup", "outputs", "bounds",
-     "step_cost", "extract", "extract."},
+     "extract", "extract."},
     {"options", "report", "guards", "modes", "cache", "verify", "post_grad", "pipeline", "backend"},
     {"counting", "cli", "cli_options", "explain", "tune", "discover", "discover_programs", "bench", "bench."},
 ]
 #: The emitter's side of the e-graph layer, which extraction never reads.
-EMITTER = {"emit", "cleanup", "outputs", "bounds", "step_cost"}
+EMITTER = {"emit", "cleanup", "outputs", "bounds"}
 
 
 def _layer(module: str) -> int:
