@@ -76,7 +76,8 @@ def test_a_dynamo_graph_keeps_what_tells_its_parameters_from_its_inputs():
 
     lin = torch.nn.Linear(8, 8)
     torch._dynamo.reset()
-    torch.compile(lambda x: lin(torch.cat(torch.split(x, 4, 1), 1)), backend=backend)(torch.randn(2, 8))
+    x = torch.randn(2, 8, requires_grad=True)  # (a leaf the caller cannot write: no copy of it to save)
+    torch.compile(lambda x: lin(torch.cat(torch.split(x, 4, 1), 1)), backend=backend)(x)
     (old, new, report), = seen
     assert new is not old and not report.kept and hasattr(old, "_param_name_to_source")
     assert new._param_name_to_source == old._param_name_to_source
