@@ -88,6 +88,21 @@ def pointwise_elements(gm: fx.GraphModule) -> int:
                and isinstance(v := val(n), torch.Tensor) and v.requires_grad)
 
 
+def grad_pieces(gm: fx.GraphModule) -> int:
+    """Pieces taken of tensors that require grad: a split's, chunk's or unbind's pieces read, and
+    slices, selects and narrows. The backward writes each piece's gradient into its tensor's, a
+    loop for each (a cat input, or a zero-filled slice)."""
+    def piece(node: fx.Node) -> bool:
+        if node.op not in ("call_function", "call_method") or node.target not in optable.SLICING or not node.args:
+            return False
+        whole, part = val(node.args[0]), val(node)
+        if isinstance(whole, torch.Tensor):
+            return whole.requires_grad
+        return isinstance(part, torch.Tensor) and part.requires_grad and bool(node.users)
+
+    return sum(map(piece, gm.graph.nodes))
+
+
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:
     """Storages of the graph's inputs that a caller may write between the step's forward and its
     backward (all but leaves that require grad: eager refuses to write those in place) and that

@@ -46,8 +46,8 @@ class OptimizerFallback(UserWarning):
     it, rather than the options: it is what the run reports, not what the caller asks for.)"""
 
 
-#: Why a forward tie in a step with gradients keeps the graph (:func:`_cheaper`).
-TRAINING_TIE = "a forward tie, in a step whose backward the cost model does not price"
+#: Why a forward tie in a step with gradients keeps the graph (:func:`_settle_tie`).
+TRAINING_TIE = "a forward tie whose backward would write as many pieces' gradients"
 
 
 class Keep(Exception):
@@ -194,8 +194,9 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
     clock("translate")
     roots = [t for t in tr.outputs if isinstance(t, Term)]
     frozen, ex, names = _search_or_reuse(tr, roots, options, report, clock, disjoint_outputs)
-    if not _cheaper(report, gm):  # a rewrite that saves nothing gains nothing, and is a new graph for Inductor to fuse
-        raise Keep(_tie_reason(report, gm))
+    cheaper = _cheaper(report, gm)
+    if cheaper is False:  # a rewrite that saves nothing gains nothing, and is a new graph for Inductor to fuse
+        raise Keep("")
 
     classes = {t: frozen.refs[r] for t, r in names.items() if r in frozen.refs}
     emitter = Emitter(gm, tr, frozen, ex)
@@ -231,8 +232,11 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         # tensor where the cat reads each piece.
         device = select.input_device(gm.graph.find_nodes(op="placeholder"))
         report.kernels_after += sum(_copy_cost(n, options.cost_model, device) for n in copies)
-        if not _cheaper(report, gm, len(copies)):
-            raise Keep(_tie_reason(report, gm) or "the outputs would need copies")
+        cheaper = _cheaper(report, gm, len(copies))
+        if cheaper is False:
+            raise Keep("the outputs would need copies")
+    if cheaper is None:
+        _settle_tie(gm, new_gm)
     if _grad_inputs(new_gm) != _grad_inputs(gm):
         # An input that requires grad and no longer reaches an output (b in cat([a, b])[:, :n])
         # would get a None gradient where eager autograd gives zeros: no graph emitted here can
@@ -303,20 +307,24 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
     return new_gm
 
 
-def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool:
-    """Cheaper by the cost model's figure. A tie is taken only without gradients, by
-    :func:`_tie_break`: in a step with gradients the forward's figure cannot see the backward
-    autograd writes for a rewrite (``relu`` pulled out of a cat saves its mask over the whole
-    cat; a clone's gradient is added to the pieces' one loop later; a split's gradient is a cat
-    where CPU Inductor fuses the slices' gradients into their sum)."""
+def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
+    """Cheaper by the cost model's figure; on a tie, :func:`_tie_break`, and where it takes the
+    rewrite in a step with gradients None: the backward settles it (:func:`_settle_tie`)."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    return not _grad_inputs(gm) and _tie_break(report, copies)
+    if not _tie_break(report, copies):
+        return False
+    return None if _grad_inputs(gm) else True
 
 
-def _tie_reason(report: Report, gm: fx.GraphModule) -> str:
-    tie = abs(report.kernels_after - report.kernels_before) <= 1e-9
-    return TRAINING_TIE if tie and _grad_inputs(gm) else ""
+def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule) -> None:
+    """A forward tie in a step with gradients stands where the backward writes fewer pieces'
+    gradients (:func:`bounds.grad_pieces`). The forward's figure cannot see the backward: a
+    stack of tanhs of unbound rows as one tanh leaves the backward one loop where it wrote each
+    row's gradient into a stack, but ``neg(cat([b, a]))`` for ``cat([b.neg(), a.neg()])`` of a
+    split, or a product computed once and split, writes as many pieces, one loop later."""
+    if bounds.grad_pieces(new_gm) >= bounds.grad_pieces(gm):
+        raise Keep(TRAINING_TIE)
 
 
 def _tie_break(report: Report, copies: int) -> bool:
