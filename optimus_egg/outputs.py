@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 
 from optimus_egg import effects, fake_values, ir, optable
 from optimus_egg.effects import storage_key
-from optimus_egg.nodes import static_int, val
+from optimus_egg.nodes import static_int, tensors, val
 
 if TYPE_CHECKING:
     from optimus_egg.emit import Emitter
@@ -163,6 +163,7 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
     leaves_new, spec = pytree.tree_flatten(out_new.args[0])
     keys = [{storage_key(t) for t in pytree.tree_leaves(val(n))} - {None} for n in leaves_new]
     copies: list[fx.Node] = []
+    returned = {n for n in leaves_new if isinstance(n, fx.Node)}
     for i, (a, b) in enumerate(zip(leaves_old, leaves_new)):
         va, vb = val(a), val(b)
         if isinstance(va, (tuple, list)):  # a split's pieces, returned as they are: no copy fits
@@ -171,7 +172,8 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
                                     for x, y in pairs):
                 return None
             continue
-        if not isinstance(va, torch.Tensor) or visible_strides(va) == visible_strides(vb):
+        if not isinstance(va, torch.Tensor) or (visible_strides(va) == visible_strides(vb)
+                                                and not _relaid_by_inductor(b, returned)):
             continue
         shared = keys[i] & set().union(inputs, *(k for j, k in enumerate(keys) if j != i))
         if visible_strides(va) != visible_strides(va.new_empty(va.shape)) or shared:
@@ -184,6 +186,21 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
         out_new.args = (pytree.tree_unflatten(leaves_new, spec),)
         new.recompile()
     return copies
+
+
+def _relaid_by_inductor(node: fx.Node, returned: set[fx.Node]) -> bool:
+    """Whether ``node`` is a view of a computed tensor that Inductor lays out otherwise than
+    eager: it lays a buffer it does not return out row-major, so a slice of ``relu(x.t())`` does
+    not have the strides eager gives it (Inductor copies the slice to give them back)."""
+    key = storage_key(val(node))
+    owner = node
+    while (up := next((a for a in owner.all_input_nodes
+                       if key is not None and key in {storage_key(t) for t in tensors(val(a))}), None)) is not None:
+        owner = up
+    if owner is node or owner in returned or owner.op in ("placeholder", "get_attr"):
+        return False
+    base = val(owner)
+    return isinstance(base, torch.Tensor) and not base.is_contiguous()
 
 
 def visible_strides(v: torch.Tensor) -> Any:

@@ -146,3 +146,24 @@ def test_a_slice_of_a_wider_op_is_never_returned_with_its_detached_twin():
     torch.testing.assert_close(y, want)
     assert not detached.requires_grad and detached.data_ptr() == y.data_ptr()
     torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(want.sum(), x)[0])
+
+
+def _pieces_relu_and_sin(x):
+    a, b, c = torch.split(x, [10, 10, 12], dim=1)
+    return torch.relu(a), torch.relu(b), torch.relu(torch.sin(c))
+
+
+def test_a_slice_of_a_computed_tensor_laid_out_as_a_transposed_input_is_not_returned():
+    """``relu(x)[:, :10]`` for ``relu(x[:, :10])``: with ``x`` transposed, eager's relu keeps x's
+    strides and the slice has the strides eager's output has, but Inductor lays ``relu(x)`` out
+    row-major (it returns only the slices) and copies each slice back to eager's strides: 4
+    kernel objects against the program's 3 (hunt10 F1). A row-major x needs a copy of the
+    outputs too, and keeps the graph for it."""
+    from tests.rewrites.linears import calls_named
+
+    for x, reason in ((torch.randn(32, 2).t(), "an output would be laid out differently"),
+                      (torch.randn(2, 32), "the outputs would need copies")):
+        with torch.no_grad():
+            gm, report = optimize(Fn(_pieces_relu_and_sin), (x,))
+        assert report.kept and report.kept_reason == reason
+        assert calls_named(gm, "sin") == 1 and calls_named(gm, "relu") == 3
