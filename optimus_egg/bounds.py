@@ -89,18 +89,22 @@ def pointwise_elements(gm: fx.GraphModule) -> int:
 
 
 def grad_pieces(gm: fx.GraphModule) -> int:
-    """Pieces taken of tensors that require grad: a split's, chunk's or unbind's pieces read, and
-    slices, selects and narrows. The backward writes each piece's gradient into its tensor's, a
-    loop for each (a cat input, or a zero-filled slice)."""
-    def piece(node: fx.Node) -> bool:
+    """The loops a backward writes pieces' gradients in, for tensors that require grad: one per
+    split, chunk or unbind piece read (the pieces' gradients are a cat, and CPU Inductor writes
+    each cat input in a loop of its own), and one for all the slices, selects and narrows of a
+    tensor (their gradients are zero-filled copies that Inductor sums in one loop)."""
+    pieces = 0
+    sliced: set[fx.Node] = set()
+    for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method") or node.target not in optable.SLICING or not node.args:
-            return False
+            continue
         whole, part = val(node.args[0]), val(node)
         if isinstance(whole, torch.Tensor):
-            return whole.requires_grad
-        return isinstance(part, torch.Tensor) and part.requires_grad and bool(node.users)
-
-    return sum(map(piece, gm.graph.nodes))
+            if whole.requires_grad:
+                sliced.add(node.args[0])
+        elif isinstance(part, torch.Tensor) and part.requires_grad and node.users:
+            pieces += 1
+    return pieces + len(sliced)
 
 
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:

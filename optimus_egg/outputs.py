@@ -164,6 +164,7 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
     keys = [{storage_key(t) for t in pytree.tree_leaves(val(n))} - {None} for n in leaves_new]
     copies: list[fx.Node] = []
     returned = {n for n in leaves_new if isinstance(n, fx.Node)}
+    returned_old = {n for n in leaves_old if isinstance(n, fx.Node)}
     for i, (a, b) in enumerate(zip(leaves_old, leaves_new)):
         va, vb = val(a), val(b)
         if isinstance(va, (tuple, list)):  # a split's pieces, returned as they are: no copy fits
@@ -172,8 +173,8 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
                                     for x, y in pairs):
                 return None
             continue
-        if not isinstance(va, torch.Tensor) or (visible_strides(va) == visible_strides(vb)
-                                                and not _relaid_by_inductor(b, returned)):
+        if not isinstance(va, torch.Tensor) or (visible_strides(va) == visible_strides(vb) and not (
+                _relaid_by_inductor(b, returned) and not _relaid_by_inductor(a, returned_old))):
             continue
         shared = keys[i] & set().union(inputs, *(k for j, k in enumerate(keys) if j != i))
         if visible_strides(va) != visible_strides(va.new_empty(va.shape)) or shared:
@@ -191,7 +192,8 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
 def _relaid_by_inductor(node: fx.Node, returned: set[fx.Node]) -> bool:
     """Whether ``node`` is a view of a computed tensor that Inductor lays out otherwise than
     eager: it lays a buffer it does not return out row-major, so a slice of ``relu(x.t())`` does
-    not have the strides eager gives it (Inductor copies the slice to give them back)."""
+    not have the strides eager gives it (Inductor copies the slice to give them back). An output
+    the original returned the same way costs that copy in both."""
     key = storage_key(val(node))
     owner = node
     while (up := next((a for a in owner.all_input_nodes

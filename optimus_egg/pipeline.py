@@ -318,11 +318,13 @@ def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None
 
 
 def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule) -> None:
-    """A forward tie in a step with gradients stands where the backward writes fewer pieces'
-    gradients (:func:`bounds.grad_pieces`). The forward's figure cannot see the backward: a
-    stack of tanhs of unbound rows as one tanh leaves the backward one loop where it wrote each
-    row's gradient into a stack, but ``neg(cat([b, a]))`` for ``cat([b.neg(), a.neg()])`` of a
-    split, or a product computed once and split, writes as many pieces, one loop later."""
+    """A forward tie in a step with gradients stands where the backward writes pieces'
+    gradients in fewer loops (:func:`bounds.grad_pieces`). The forward's figure cannot see the
+    backward: a split glued back whole beside a slice leaves one slice's gradient where the
+    backward wrote every piece's into a cat, but ``neg(cat([b, a]))`` for ``cat([b.neg(),
+    a.neg()])`` of a split writes as many pieces, one loop later, and ``split(x * y)`` for
+    products of slices of ``x`` and ``y`` writes a cat where Inductor summed the slices'
+    gradients in the product's loop."""
     if bounds.grad_pieces(new_gm) >= bounds.grad_pieces(gm):
         raise Keep(TRAINING_TIE)
 
