@@ -20,7 +20,8 @@ Backward work has the same blind spot. A pointwise op moved out of the cats of i
 (``cat(relu(a), relu(b)) → relu(cat(a, b))``) computes a piece once per cat that holds it: in a
 forward Inductor fuses each into its cat for free, but each has a gradient of its own in the
 backward, added up after (a shared expert in a PLE's gates). :func:`pointwise_elements` counts
-the elements pointwise ops with gradients compute.
+the elements pointwise ops with gradients compute, and :func:`grad_pieces` the loops the
+backward writes pieces' gradients in (a split's are a cat, a sliced tensor's one sum).
 """
 
 from __future__ import annotations
