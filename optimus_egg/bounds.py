@@ -33,7 +33,7 @@ import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from optimus_egg import fake_values, optable
-from optimus_egg.effects import StorageKey, storage_key
+from optimus_egg.effects import StorageKey, storage_key, storage_keys, view_base
 from optimus_egg.nodes import static_int, tensors, val, value_in
 
 
@@ -75,9 +75,9 @@ def _views_of_results(pieces: object) -> bool:
 def _view_base(node: fx.Node) -> fx.Node | None:
     """The node whose result ``node`` views (through views, split pieces), or None where ``node``
     is no view: its value shares no storage with its first argument."""
-    key = _keys(node)
+    key = storage_keys(node)
     base = None
-    while node.args and isinstance(arg := node.args[0], fx.Node) and key and key[0] in _keys(arg):
+    while node.args and isinstance(arg := node.args[0], fx.Node) and key and key[0] in storage_keys(arg):
         base = node = arg
     return base
 
@@ -126,7 +126,7 @@ def copy_saved_inputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node]
     added = saved_inputs(new) - saved_inputs(old)
     if not added:
         return []
-    if any(k in added for n in _output_leaves(new) if isinstance(n, fx.Node) for k in _keys(n)):
+    if any(k in added for n in _output_leaves(new) if isinstance(n, fx.Node) for k in storage_keys(n)):
         return None
     first_call = next(n for n in new.graph.nodes if n.op not in ("placeholder", "get_attr"))
     copies = []
@@ -175,7 +175,7 @@ def saved_outputs(gm: fx.GraphModule) -> set[int]:
         entry = optable.lookup(node)
         if _needs_grad(node) and entry is not None and entry.name in optable.GRADIENT_OF_RESULT:
             places.add(i)
-        elif any(_saved(*_storage_root(node, key)) for key in _keys(node)):
+        elif any(_saved(*_storage_root(node, key)) for key in storage_keys(node)):
             places.add(i)
     return places
 
@@ -192,7 +192,7 @@ def _saved(node: fx.Node, key: StorageKey) -> bool:
         if user in seen or user.op == "output":
             continue
         seen.add(user)
-        through = key in _keys(user) or _no_op_copy(user)
+        through = key in storage_keys(user) or _no_op_copy(user)
         if not through and not _reshape(user) and _needs_grad(user) and _reads_operands(user):
             return True
         if through or _recomputable(user):
@@ -218,13 +218,11 @@ def _storage_root(node: fx.Node, key: StorageKey) -> tuple[fx.Node, StorageKey]:
     of views, and of copies it removes (:func:`_no_op_copy`: an output's clone of a result is
     the result, which another op may save)."""
     while True:
-        up = next((a for a in node.all_input_nodes if key in _keys(a)), None)
-        if up is None and _no_op_copy(node) and node.all_input_nodes:
-            up = node.all_input_nodes[0]
-            key = next(iter(_keys(up)), key)
-        if up is None:
+        node = view_base(node, key)
+        if not (_no_op_copy(node) and node.all_input_nodes):
             return node, key
-        node = up
+        node = node.all_input_nodes[0]
+        key = next(iter(storage_keys(node)), key)
 
 
 def _output_leaves(gm: fx.GraphModule) -> list[object]:
@@ -254,7 +252,7 @@ def _readers(node: fx.Node, key: StorageKey | None) -> list[fx.Node]:
         if user in seen:
             continue
         seen.add(user)
-        if key is not None and (key in _keys(user) or _no_op_copy(user)):
+        if key is not None and (key in storage_keys(user) or _no_op_copy(user)):
             stack.extend(user.users)
         else:
             out.append(user)
@@ -295,7 +293,3 @@ def _needs_grad(node: fx.Node) -> bool:
 
 def _inputs(gm: fx.GraphModule) -> list[torch.Tensor]:
     return [t for n in gm.graph.nodes if n.op in ("placeholder", "get_attr") for t in tensors(value_in(gm, n))]
-
-
-def _keys(node: fx.Node) -> list[StorageKey]:
-    return [k for t in tensors(val(node)) if (k := storage_key(t)) is not None]

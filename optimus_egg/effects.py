@@ -14,7 +14,7 @@ from typing import Any, Callable
 import torch
 import torch.fx as fx
 
-from optimus_egg.nodes import bind, is_tensor_node, val
+from optimus_egg.nodes import bind, is_tensor_node, tensors, val
 from optimus_egg.optable import (DROPOUTS, INPLACE_METHODS, INPLACE_OPERATORS, LAYOUT_READERS, MODE_SWITCHES,
                                  UNDECLARED_WRITES, Kind, lookup)
 
@@ -165,6 +165,19 @@ def storage_key(t: Any) -> StorageKey | None:
         return StorageKey(t.untyped_storage())
     except Exception:  # noqa: BLE001 - tensors without storage (sparse, nested) alias nothing we track
         return None
+
+
+def storage_keys(node: fx.Node) -> list[StorageKey]:
+    """The storages of a node's tensors (a tuple's: each piece's)."""
+    return [k for t in tensors(val(node)) if (k := storage_key(t)) is not None]
+
+
+def view_base(node: fx.Node, key: StorageKey) -> fx.Node:
+    """The node up ``node``'s chain of views whose tensor holds storage ``key`` first: the tensor
+    the views were taken of."""
+    while (up := next((a for a in node.all_input_nodes if key in storage_keys(a)), None)) is not None:
+        node = up
+    return node
 
 
 def aliases_input(node: fx.Node) -> bool:

@@ -18,7 +18,7 @@ from torch.utils import _pytree as pytree
 
 from optimus_egg import effects, fake_values, ir, optable
 from optimus_egg.effects import storage_key
-from optimus_egg.nodes import static_int, tensors, val
+from optimus_egg.nodes import static_int, val
 
 if TYPE_CHECKING:
     from optimus_egg.emit import Emitter
@@ -173,8 +173,10 @@ def restride_outputs(old: fx.GraphModule, new: fx.GraphModule) -> list[fx.Node] 
                                     for x, y in pairs):
                 return None
             continue
-        if not isinstance(va, torch.Tensor) or (visible_strides(va) == visible_strides(vb) and not (
-                _relaid_by_inductor(b, returned) and not _relaid_by_inductor(a, returned_old))):
+        if not isinstance(va, torch.Tensor):
+            continue
+        relaid = _relaid_by_inductor(b, returned) and not _relaid_by_inductor(a, returned_old)
+        if visible_strides(va) == visible_strides(vb) and not relaid:
             continue
         shared = keys[i] & set().union(inputs, *(k for j, k in enumerate(keys) if j != i))
         if visible_strides(va) != visible_strides(va.new_empty(va.shape)) or shared:
@@ -195,10 +197,7 @@ def _relaid_by_inductor(node: fx.Node, returned: set[fx.Node]) -> bool:
     not have the strides eager gives it (Inductor copies the slice to give them back). An output
     the original returned the same way costs that copy in both."""
     key = storage_key(val(node))
-    owner = node
-    while (up := next((a for a in owner.all_input_nodes
-                       if key is not None and key in {storage_key(t) for t in tensors(val(a))}), None)) is not None:
-        owner = up
+    owner = node if key is None else effects.view_base(node, key)
     if owner is node or owner in returned or owner.op in ("placeholder", "get_attr"):
         return False
     base = val(owner)
