@@ -57,7 +57,7 @@ def category(call: Call) -> str:
         return "matmul"
     if call.name in CATS:
         return "cat"
-    return "extern"
+    return call.lowered or "extern"
 
 
 #: What the extractors minimize: an e-node's own cost, children excluded.

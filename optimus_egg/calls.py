@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from optimus_egg.effects import aliases_input
+from optimus_egg.lowered import lowered_kind
 from optimus_egg.nodes import bind, is_tensor_node, static_int, val
 from optimus_egg.optable import COMMUTATIVE, IDENTITY_VIEWS, SINGULAR, Kind, OpDef, lookup
 
@@ -43,6 +44,7 @@ class Call:
     device: str = ""  # the result's device: calls on different devices never share a key
     exact: bool = False  # elementwise, but only on the elements written (:func:`computes_exactly`)
     draws: bool = False  # a dropout that draws, batched under ``batch_random`` (optimus_egg.draws)
+    lowered: str = ""  # what Inductor makes of a call the op table does not name (optimus_egg.lowered)
 
     def emit(self, graph: fx.Graph, inputs: Sequence[fx.Node]) -> fx.Node:
         leaves = [inputs[x.index] if isinstance(x, Slot) else x for x in self.leaves]
@@ -257,7 +259,9 @@ def generic_call(node: fx.Node, op: OpDef | None) -> tuple[Call, list[fx.Node]]:
     name = op.name if op is not None else _target_name(node)
     device = str(out.device) if isinstance(out, torch.Tensor) else ""
     exact = constructor != "Op" and computes_exactly(name, out)
-    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor, device, exact), inputs
+    lowered = lowered_kind(node) if op is None else ""
+    return Call(name, node.op, node.target, spec, leaves, _cost(node, op), constructor, device, exact,
+                lowered=lowered), inputs
 
 
 #: Marks the key of a call that :func:`computes_exactly` (rules test it with ``count-matches``).

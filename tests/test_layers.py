@@ -13,7 +13,7 @@ FOLDERS = {"optimus_egg": "", "rewrites": "rewrites.", "extract": "extract.", "b
 LAYERS = [
     {"ir", "logger"},
     {"optable"},
-    {"nodes", "effects", "structural", "calls", "aten"},
+    {"nodes", "effects", "structural", "calls", "aten", "lowered"},
     {"rewrites", "rewrites."},
     {"egglog_bindings", "egraph", "frontend", "draws", "fake_values", "emit", "cleanup", "outputs", "bounds",
      "extract", "extract."},
