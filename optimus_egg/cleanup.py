@@ -36,8 +36,10 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     and ATen passes. Returns the output leaves and the kernels the aliasing repair added, which
     no cost model saw."""
     graph = emitter.graph
-    emitter.forget(cut_cat_slices(graph, set(roots)))
-    regrouped = split_tilings(graph)
+    split = {(emitter.done[classes[t]], d) for t, d in emitter.tr.split
+             if t in classes and classes[t] in emitter.done}
+    emitter.forget(cut_cat_slices(graph, set(roots), split))
+    regrouped = split_tilings(graph, split)
     emitter.replaced(regrouped)
     doubled = doubled_sums(graph)
     emitter.replaced(doubled)
@@ -58,9 +60,10 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     return leaves, copies
 
 
-def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node]) -> set[fx.Node]:
-    """Slices of a tensor that requires grad, which together cover it along one dim but
-    overlap, are cut at every slice's ends where only cats on that dim read them:
+def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: set[tuple[fx.Node, int]]) -> set[fx.Node]:
+    """Slices of a tensor that requires grad and that the program split along one dim
+    (``split``, :func:`split_tilings`), which together cover it along that dim but overlap, are
+    cut at every slice's ends where only cats on that dim read them:
     ``cat([x[:, 24:], tanh(x[:, :2]), x[:, :24]])`` reads ``x[:, :2]`` and ``x[:, 2:24]`` in
     place of ``x[:, :24]``, so that :func:`split_tilings` makes the slices one split.
 
@@ -72,7 +75,7 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node]) -> set[fx.Node]:
         if n.op != "call_function" or n.target is not torch.narrow or len(n.args) != 4 or n.kwargs:
             continue
         v = val(n.args[0])
-        if (isinstance(v, torch.Tensor) and v.requires_grad
+        if (isinstance(v, torch.Tensor) and v.requires_grad and (n.args[0], n.args[1] % v.dim()) in split
                 and all(type(a) is int and a >= 0 for a in n.args[1:])):
             groups.setdefault((n.args[0], n.args[1] % v.dim()), []).append(n)
     erased: set[fx.Node] = set()
@@ -99,13 +102,16 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node]) -> set[fx.Node]:
     return erased
 
 
-def split_tilings(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
+def split_tilings(graph: fx.Graph, split: set[tuple[fx.Node, int]]) -> dict[fx.Node, fx.Node]:
     """Slices that tile a tensor along one dim become one ``split``, and selects of every
-    index one ``unbind``; returns what replaced each slice.
+    index one ``unbind``, but of a tensor that requires grad only where the program split or
+    unbound it along that dim (``split``: (node, dim)); returns what replaced each slice.
 
-    The e-graph has no split: a piece is a slice (``Sl``). Forward, both are the same views;
-    backward, autograd turns each slice into a zero-filled tensor with the slice's gradient
-    copied in, then adds them up, where a split's gradient is one cat."""
+    The e-graph has no split: a piece is a slice (``Sl``). Forward, both are the same views.
+    Backward, a split's gradient is one cat, which CPU Inductor writes a loop per piece; the
+    slices' gradients, zero-filled copies added up, it writes as one loop that tests every
+    piece's range for each element: fewer kernels, more work per element. The backward keeps the
+    form the program wrote."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     # the split goes before the first slice: of a tensor the graph writes (t_() between two
     # narrows changes what the later one reads), each slice stays where it was
@@ -117,6 +123,7 @@ def split_tilings(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
             continue
         v = val(n.args[0])
         if (isinstance(v, torch.Tensor) and storage_key(v) not in written
+                and (not v.requires_grad or (n.args[0], n.args[1] % v.dim()) in split)
                 and all(type(a) is int and a >= 0 for a in n.args[1:])):
             groups.setdefault((n.args[0], n.args[1] % v.dim(), n.target is torch.select), []).append(n)
     replaced: dict[fx.Node, fx.Node] = {}

@@ -40,6 +40,7 @@ class Translation:
     terms: dict[fx.Node, Term] = field(default_factory=dict)  # node -> its term (nodes that have one)
     opaque: int = 0  # nodes kept as opaque Ops
     nodes: int = 0
+    split: set[tuple[Term, int]] = field(default_factory=set)  # (tensor, dim) the program splits or unbinds
 
     def copies(self) -> dict[Term, int]:
         """How many times the graph as written computes each term that several of its calls
@@ -133,6 +134,8 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
                     parsed = structural.STRUCTURAL[op.name](node, term)
                 if isinstance(parsed, Pieces) and not _only_indexed(node):
                     parsed = None
+                if isinstance(parsed, Pieces) and parsed.items:  # (an unbind of an empty dim has none)
+                    tr.split.add(_split_of(parsed))
             env[node] = parsed if parsed is not None else opaque(node, op, effectful)
         result = env[node]
         if isinstance(result, Term):
@@ -145,6 +148,13 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
                 tr.facts.append((result, shape, str(v.dtype).removeprefix("torch.")))
     tr.effects = effects
     return tr
+
+
+def _split_of(pieces: Pieces) -> tuple[Term, int]:
+    """The tensor and dim a split's or an unbind's pieces slice (``Sl``, or a ``Squeeze`` of one)."""
+    first = pieces.items[0]
+    sliced = first.args[0] if first.op == "Squeeze" else first
+    return sliced.args[0], sliced.args[1]
 
 
 def _piece(node: fx.Node, pieces: Pieces) -> Term | None:

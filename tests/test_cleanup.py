@@ -49,6 +49,22 @@ def test_slices_that_tile_a_tensor_are_emitted_as_one_split():
     torch.testing.assert_close(got_grad, torch.autograd.grad(sum(o.sum() for o in fn(x)), x)[0])
 
 
+def _rotary(q, a):
+    """Rotary embedding's ``rotate_half`` (Llama), slices of a trained ``q``, beside a split
+    glued back that the rules rewrite: the graph is emitted anew."""
+    return torch.cat((-q[:, 4:], q[:, :4]), 1) * 2, torch.cat([p.relu() for p in a.split(4, 1)], 1)
+
+
+def test_slices_of_a_trained_tensor_the_program_sliced_stay_slices():
+    # Inductor sums the slices' gradients in one loop; a split's gradient is a cat, a loop a piece
+    q, a = torch.randn(4, 8, requires_grad=True), torch.randn(4, 16)
+    gm, report = optimize(Fn(_rotary), (q, a))
+    assert not report.kept and calls_to(gm, torch.split) == 0 and calls_to(gm, torch.narrow) == 2
+    check_training(Fn(_rotary), q, a)
+    gm, _ = optimize(Fn(_rotary), (q.detach(), a))  # without gradients, a tiling is one split
+    assert calls_to(gm, torch.split) == 1
+
+
 def test_selects_of_every_index_are_emitted_as_one_unbind():
     def fn(x):
         s = torch.unbind(torch.sigmoid(torch.cat([x[:, :2], x[:, 2:]], 1)), 1)

@@ -133,3 +133,20 @@ def test_a_submodule_that_writes_its_input_keeps_the_reads_around_it_apart():
     got, want = [a.clone() for a in args], [a.clone() for a in args]
     torch.testing.assert_close(gm(*got), Model()(*want))
     torch.testing.assert_close(got, want)
+
+
+def test_the_translation_records_what_the_program_splits():
+    """(tensor, dim) of every split, chunk and unbind read piece by piece (the emitter's
+    tilings keep a trained tensor's slices unless the program split it); an unbind of an empty
+    dim has no pieces."""
+    from optimus_egg.frontend import translate
+    from optimus_egg.pipeline import capture
+
+    def fn(x, y):
+        a, b = x.split(4, 1)
+        return a.relu(), b, *torch.unbind(y, 0), *torch.chunk(x, 2, 0), x[:, :2]
+
+    x, y = torch.randn(2, 8), torch.randn(0, 3)
+    tr = translate(capture(fn, (x, y)))
+    inputs = {tr.terms[n]: n.name for n in tr.inputs}
+    assert sorted((inputs[t], d) for t, d in tr.split) == [("l_x_", 0), ("l_x_", 1)]
