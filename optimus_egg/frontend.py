@@ -40,7 +40,7 @@ class Translation:
     terms: dict[fx.Node, Term] = field(default_factory=dict)  # node -> its term (nodes that have one)
     opaque: int = 0  # nodes kept as opaque Ops
     nodes: int = 0
-    split: set[tuple[Term, int]] = field(default_factory=set)  # (tensor, dim) the program splits or unbinds
+    split: dict[tuple[Term, int], int] = field(default_factory=dict)  # (tensor, dim) split or unbound -> most pieces
 
     def copies(self) -> dict[Term, int]:
         """How many times the graph as written computes each term that several of its calls
@@ -135,7 +135,8 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
                 if isinstance(parsed, Pieces) and not _only_indexed(node):
                     parsed = None
                 if isinstance(parsed, Pieces) and parsed.items:  # (an unbind of an empty dim has none)
-                    tr.split.add(_split_of(parsed))
+                    split = _split_of(parsed)
+                    tr.split[split] = max(tr.split.get(split, 0), len(parsed.items))
             env[node] = parsed if parsed is not None else opaque(node, op, effectful)
         result = env[node]
         if isinstance(result, Term):

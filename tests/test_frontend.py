@@ -136,9 +136,9 @@ def test_a_submodule_that_writes_its_input_keeps_the_reads_around_it_apart():
 
 
 def test_the_translation_records_what_the_program_splits():
-    """(tensor, dim) of every split, chunk and unbind read piece by piece (the emitter's
-    tilings keep a trained tensor's slices unless the program split it); an unbind of an empty
-    dim has no pieces."""
+    """(tensor, dim) of every split, chunk and unbind read piece by piece, with its pieces (the
+    emitter's tilings keep a trained tensor's slices unless the program split it into as many);
+    an unbind of an empty dim has none."""
     from optimus_egg.frontend import translate
     from optimus_egg.pipeline import capture
 
@@ -149,4 +149,4 @@ def test_the_translation_records_what_the_program_splits():
     x, y = torch.randn(2, 8), torch.randn(0, 3)
     tr = translate(capture(fn, (x, y)))
     inputs = {tr.terms[n]: n.name for n in tr.inputs}
-    assert sorted((inputs[t], d) for t, d in tr.split) == [("l_x_", 0), ("l_x_", 1)]
+    assert sorted((inputs[t], d, n) for (t, d), n in tr.split.items()) == [("l_x_", 0, 2), ("l_x_", 1, 2)]
