@@ -36,13 +36,10 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     and ATen passes. Returns the output leaves and the kernels the aliasing repair added, which
     no cost model saw."""
     graph = emitter.graph
-    def node(t: ir.Term) -> fx.Node | None:
-        return emitter.done.get(classes[t]) if t in classes else None
-
-    split = {(node(t), d): n for (t, d), n in emitter.tr.split.items() if node(t) is not None}
-    computed = {node(t) for t in emitter.tr.terms.values()} - {None}
-    emitter.forget(cut_cat_slices(graph, set(roots), split, computed))
-    regrouped = split_tilings(graph, split, computed)
+    split = {(emitter.done[classes[t]], d): n for (t, d), n in emitter.tr.split.items()
+             if t in classes and classes[t] in emitter.done}
+    emitter.forget(cut_cat_slices(graph, set(roots), split))
+    regrouped = split_tilings(graph, split)
     emitter.replaced(regrouped)
     doubled = doubled_sums(graph)
     emitter.replaced(doubled)
@@ -63,11 +60,10 @@ def clean(emitter: Emitter, roots: list[fx.Node], classes: dict[ir.Term, int],
     return leaves, copies
 
 
-def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Node, int], int],
-                   computed: set[fx.Node]) -> set[fx.Node]:
-    """Slices of a tensor that requires grad, which together cover it along one dim but
-    overlap, are cut at every slice's ends where only cats on that dim read them, where
-    :func:`split_tilings` would make the cells one split (``split``, ``computed``):
+def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Node, int], int]) -> set[fx.Node]:
+    """Slices of a tensor that requires grad and that the program split along one dim into as
+    many pieces or more (``split``, :func:`split_tilings`), which together cover it along that
+    dim but overlap, are cut at every slice's ends where only cats on that dim read them:
     ``cat([x[:, 24:], tanh(x[:, :2]), x[:, :24]])`` reads ``x[:, :2]`` and ``x[:, 2:24]`` in
     place of ``x[:, :24]``, so that :func:`split_tilings` makes the slices one split.
 
@@ -79,7 +75,7 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Nod
         if n.op != "call_function" or n.target is not torch.narrow or len(n.args) != 4 or n.kwargs:
             continue
         v = val(n.args[0])
-        if (isinstance(v, torch.Tensor) and v.requires_grad
+        if (isinstance(v, torch.Tensor) and v.requires_grad and (n.args[0], n.args[1] % v.dim()) in split
                 and all(type(a) is int and a >= 0 for a in n.args[1:])):
             groups.setdefault((n.args[0], n.args[1] % v.dim()), []).append(n)
     erased: set[fx.Node] = set()
@@ -88,9 +84,8 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Nod
         spans = {n: (n.args[2], n.args[2] + n.args[3]) for n in nodes}
         cuts = sorted({0, *(s for s, _ in spans.values()), *(e for _, e in spans.values())})
         cells = list(zip(cuts, cuts[1:]))
-        if size is None or cuts[-1] != size or _gap(sorted(spans.values())) or _more_pieces(base, d, len(cells),
-                                                                                          split, computed):
-            continue  # no split tiles the tensor, or one with more pieces than the program's
+        if size is None or cuts[-1] != size or _gap(sorted(spans.values())) or len(cells) > split.get((base, d), 0):
+            continue  # no split tiles the tensor, or one the program did not write
         wide = [n for n in nodes if bisect.bisect_left(cuts, spans[n][1]) > bisect.bisect_right(cuts, spans[n][0])]
         if not wide or any(n in keep or not all(_cat_reads(u, n, d) for u in n.users) for n in wide):
             continue
@@ -107,20 +102,17 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Nod
     return erased
 
 
-def split_tilings(graph: fx.Graph, split: dict[tuple[fx.Node, int], int], computed: set[fx.Node]
-                  ) -> dict[fx.Node, fx.Node]:
+def split_tilings(graph: fx.Graph, split: dict[tuple[fx.Node, int], int]) -> dict[fx.Node, fx.Node]:
     """Slices that tile a tensor along one dim become one ``split``, and selects of every
-    index one ``unbind``; of a tensor that requires grad and that the program computes
-    (``computed``), only where the program split or unbound it along that dim into as many
-    pieces or more (``split``: (node, dim) → pieces). Returns what replaced each slice.
+    index one ``unbind``, but of a tensor that requires grad only where the program split or
+    unbound it along that dim into as many pieces or more (``split``: (node, dim) → pieces);
+    returns what replaced each slice.
 
     The e-graph has no split: a piece is a slice (``Sl``). Forward, both are the same views.
     Backward, a split's gradient is one cat, which CPU Inductor writes a loop per piece; the
     slices' gradients, zero-filled copies added up, it writes as one loop that tests every
     piece's range for each element: fewer kernels, more work per element. The backward writes
-    no more pieces of a tensor than the program's did; a tensor a rule made (a batched linear's
-    result) is split, its pieces' gradients written in place by their producers as the
-    program's separate tensors were."""
+    no more pieces than the program's did."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     # the split goes before the first slice: of a tensor the graph writes (t_() between two
     # narrows changes what the later one reads), each slice stays where it was
@@ -142,8 +134,8 @@ def split_tilings(graph: fx.Graph, split: dict[tuple[fx.Node, int], int], comput
         size = static_int(val(base).shape[d])  # (a specialized size may be a SymInt)
         if len(spans) < 2 or size is None or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
             continue
-        if val(base).requires_grad and _more_pieces(base, d, len(spans), split, computed):
-            continue  # the slices' one loop, as the program's
+        if val(base).requires_grad and len(spans) > split.get((base, d), 0):
+            continue  # a cat of more pieces than the program's split wrote: the slices' one loop
         base = replaced.get(base, base)  # itself a slice that an earlier group replaced
         with graph.inserting_before(min(nodes, key=order.__getitem__)):
             whole = (graph.call_function(torch.unbind, (base, d)) if select
@@ -363,13 +355,6 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         graph.erase_node(cat)
         replaced[cat] = stack
     return replaced
-
-
-def _more_pieces(base: fx.Node, d: int, pieces: int, split: dict[tuple[fx.Node, int], int],
-                 computed: set[fx.Node]) -> bool:
-    """Would a split of ``base`` along ``d`` into ``pieces`` have more pieces than the program's
-    (none where it sliced ``base``, a tensor it computes)?"""
-    return base in computed and pieces > split.get((base, d), 0)
 
 
 def _gap(spans: list[tuple[int, int]]) -> bool:

@@ -422,4 +422,3 @@ def test_a_trained_tensor_is_split_into_no_more_pieces_than_the_program_wrote():
     assert not report.kept and all(len(n.args[1]) <= 3 for n in gm.graph.nodes if n.target is torch.split)
     want = torch.autograd.grad(sum(o.sum() for o in _fused_projection_pieces(qkv, a)), qkv)[0]
     torch.testing.assert_close(torch.autograd.grad(sum(o.sum() for o in gm(qkv, a)), qkv)[0], want)
-

@@ -5,13 +5,15 @@ writes fewer pieces' gradients (:func:`optimus_egg.pipeline._settle_tie`)."""
 import pytest
 import torch
 
-from optimus_egg.pipeline import TRAINING_TIE
-from tests.helpers import INDUCTOR_2_13, check
+from optimus_egg.bounds import grad_pieces
+from optimus_egg.pipeline import TRAINING_TIE, capture
+from tests.helpers import INDUCTOR_2_13, calls_to, check
 
 
 def swapped_neg(x):
     """A unary op on each piece of a split, the pieces glued back in another order: the forward
-    is one loop either way; ``neg(cat(b, a))``'s gradient is written once more into the split's."""
+    is one loop either way; rewritten, ``cat`` of slices of ``neg(x)``, the backward sums the
+    slices' gradients in one loop where the program's split wrote a cat."""
     a, b = x.split(4, 1)
     return torch.cat([b.neg(), a.neg()], 1)
 
@@ -46,28 +48,34 @@ def tanh_beside_glued_pieces(x):
     return torch.cat([torch.tanh(x[:, :2]), *x.split(2, 1)], 1)
 
 
-@pytest.mark.parametrize("fn", [swapped_neg, swapped_relu, glued_back])
-def test_a_forward_tie_with_gradients_keeps_the_graph(fn):
-    report, _ = check(fn, torch.randn(6, 8, requires_grad=True))
+def test_a_forward_tie_with_gradients_keeps_the_graph():
+    report, _ = check(glued_back, torch.randn(6, 8, requires_grad=True))
     assert report.kernels_after == report.kernels_before
     assert report.kept and report.kept_reason == TRAINING_TIE
     assert TRAINING_TIE in report.summary()
 
 
+@pytest.mark.parametrize("fn", [swapped_neg, swapped_relu])
+def test_a_forward_tie_whose_backward_sums_slices_for_a_split_is_taken(fn):
+    x = torch.randn(6, 8, requires_grad=True)
+    report, gm = check(fn, x)
+    assert report.kernels_after == report.kernels_before and not report.kept
+    assert grad_pieces(gm) < grad_pieces(capture(fn, (x,)))
+
+
 def products_of_slices(x, y):
-    """Slices of two trained tensors multiplied: as ``split(x * y)`` the backward writes the two
+    """Slices of two trained tensors multiplied: as ``split(x * y)`` the backward wrote the two
     pieces' gradients into a cat (a loop each) before the product's, where Inductor sums the
-    slices' gradients in the product's loop (hunt11: 5 against 3; eight pieces 17 against 9)."""
+    slices' gradients in the product's loop (hunt11: 5 against 3; eight pieces 17 against 9).
+    As slices of ``x * y``, its backward sums them in one loop too."""
     return (x[:, :4] * y[:, :4]).exp(), (x[:, 4:] * y[:, 4:]).exp()
 
 
-def test_a_tie_that_trades_slices_of_two_tensors_for_pieces_of_one_keeps_the_graph():
+def test_a_tie_that_trades_slices_of_two_tensors_for_slices_of_one_is_taken():
     x, y = torch.randn(6, 8, requires_grad=True), torch.randn(6, 8, requires_grad=True)
-    report, _ = check(products_of_slices, x, y)
-    assert report.kernels_after == report.kernels_before
-    assert report.kept and report.kept_reason == TRAINING_TIE
-    report, _ = check(products_of_slices, x.detach(), y.detach())  # without gradients it is taken
-    assert not report.kept
+    report, gm = check(products_of_slices, x, y)
+    assert report.kernels_after == report.kernels_before and not report.kept
+    assert calls_to(gm, torch.split) == 0 and grad_pieces(gm) == 1  # the product's slices, not pieces
 
 
 def test_without_gradients_the_tie_is_broken_by_eager_launches():
