@@ -74,9 +74,9 @@ def _traced_kind(node: fx.Node) -> str:
                 return node.target(*args, **kwargs)  # type: ignore[operator]
 
             traced = make_fx(call, decomposition_table=_decompositions())()
-    except Exception:  # noqa: BLE001 - a call the trace cannot run is priced as it was: extern
+        kinds = {_aten_kind(n.target) for n in traced.graph.nodes if n.op == "call_function"}
+    except Exception:  # noqa: BLE001 - a call the trace cannot run (or a torch without the tables it reads): extern
         return "extern"
-    kinds = {_aten_kind(n.target) for n in traced.graph.nodes if n.op == "call_function"}
     if "extern" in kinds:
         return "extern"
     return "reduction" if "reduction" in kinds else "pointwise"
