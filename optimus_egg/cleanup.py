@@ -75,7 +75,7 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Nod
         if n.op != "call_function" or n.target is not torch.narrow or len(n.args) != 4 or n.kwargs:
             continue
         v = val(n.args[0])
-        if (isinstance(v, torch.Tensor) and v.requires_grad and (n.args[0], n.args[1] % v.dim()) in split
+        if (isinstance(v, torch.Tensor) and v.requires_grad
                 and all(type(a) is int and a >= 0 for a in n.args[1:])):
             groups.setdefault((n.args[0], n.args[1] % v.dim()), []).append(n)
     erased: set[fx.Node] = set()
@@ -84,7 +84,7 @@ def cut_cat_slices(graph: fx.Graph, keep: set[fx.Node], split: dict[tuple[fx.Nod
         spans = {n: (n.args[2], n.args[2] + n.args[3]) for n in nodes}
         cuts = sorted({0, *(s for s, _ in spans.values()), *(e for _, e in spans.values())})
         cells = list(zip(cuts, cuts[1:]))
-        if size is None or cuts[-1] != size or _gap(sorted(spans.values())) or len(cells) > split.get((base, d), 0):
+        if size is None or cuts[-1] != size or _gap(sorted(spans.values())) or _unwritten(split, base, d, len(cells)):
             continue  # no split tiles the tensor, or one the program did not write
         wide = [n for n in nodes if bisect.bisect_left(cuts, spans[n][1]) > bisect.bisect_right(cuts, spans[n][0])]
         if not wide or any(n in keep or not all(_cat_reads(u, n, d) for u in n.users) for n in wide):
@@ -134,7 +134,7 @@ def split_tilings(graph: fx.Graph, split: dict[tuple[fx.Node, int], int]) -> dic
         size = static_int(val(base).shape[d])  # (a specialized size may be a SymInt)
         if len(spans) < 2 or size is None or [s for s, _ in spans] != [0, *ends[:-1]] or ends[-1] != size:
             continue
-        if val(base).requires_grad and len(spans) > split.get((base, d), 0):
+        if val(base).requires_grad and _unwritten(split, base, d, len(spans)):
             continue  # a cat of more pieces than the program's split wrote: the slices' one loop
         base = replaced.get(base, base)  # itself a slice that an earlier group replaced
         with graph.inserting_before(min(nodes, key=order.__getitem__)):
@@ -355,6 +355,12 @@ def scatter_input_stacks(graph: fx.Graph) -> dict[fx.Node, fx.Node]:
         graph.erase_node(cat)
         replaced[cat] = stack
     return replaced
+
+
+def _unwritten(split: dict[tuple[fx.Node, int], int], base: fx.Node, d: int, pieces: int) -> bool:
+    """Would a split of ``base`` along ``d`` into ``pieces`` have more pieces than any the
+    program wrote there (``split``; none where it only sliced)?"""
+    return pieces > split.get((base, d), 0)
 
 
 def _gap(spans: list[tuple[int, int]]) -> bool:

@@ -135,7 +135,7 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
                 if isinstance(parsed, Pieces) and not _only_indexed(node):
                     parsed = None
                 if isinstance(parsed, Pieces) and parsed.items:  # (an unbind of an empty dim has none)
-                    split = _split_of(parsed)
+                    split = parsed.sliced()
                     tr.split[split] = max(tr.split.get(split, 0), len(parsed.items))
             env[node] = parsed if parsed is not None else opaque(node, op, effectful)
         result = env[node]
@@ -149,13 +149,6 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
                 tr.facts.append((result, shape, str(v.dtype).removeprefix("torch.")))
     tr.effects = effects
     return tr
-
-
-def _split_of(pieces: Pieces) -> tuple[Term, int]:
-    """The tensor and dim a split's or an unbind's pieces slice (``Sl``, or a ``Squeeze`` of one)."""
-    first = pieces.items[0]
-    sliced = first.args[0] if first.op == "Squeeze" else first
-    return sliced.args[0], sliced.args[1]
 
 
 def _piece(node: fx.Node, pieces: Pieces) -> Term | None:

@@ -41,9 +41,9 @@ def lowered_kind(node: fx.Node) -> str:
     try:
         hash(key)
     except TypeError:  # an unhashable constant among the arguments: traced each time
-        return _traced_kind(node)
+        return _traced_kind(node, tensors)
     if key not in _CACHE:
-        _CACHE[key] = _traced_kind(node)
+        _CACHE[key] = _traced_kind(node, tensors)
     return _CACHE[key]
 
 
@@ -58,11 +58,11 @@ def _shape_free(x: Any, tensors: list[fx.Node]) -> Any:
 _CACHE: dict[tuple[Any, ...], str] = {}
 
 
-def _traced_kind(node: fx.Node) -> str:
+def _traced_kind(node: fx.Node, tensors: list[fx.Node]) -> str:
+    """``node``'s call traced on fake copies of its tensor operands (``tensors``)."""
     from torch._subclasses import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    tensors = [a for a in node.all_input_nodes if isinstance(val(a), torch.Tensor)]
     try:
         with FakeTensorMode(allow_non_fake_inputs=True):
             fakes = {a: _like(val(a)) for a in tensors}

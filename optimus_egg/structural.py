@@ -30,6 +30,12 @@ class Pieces:
 
     items: tuple[Term, ...]
 
+    def sliced(self) -> tuple[Term, int]:
+        """The tensor and dim the pieces slice (each an ``Sl``, or an unbind's ``Squeeze`` of one)."""
+        first = self.items[0]
+        sl = first.args[0] if first.op == "Squeeze" else first
+        return sl.args[0], sl.args[1]
+
 
 def parse_split_like(node: fx.Node, term: Callable[[Any], Term | None]) -> Pieces | None:
     """split / split_with_sizes / chunk / tensor_split: contiguous pieces in order along dim.
