@@ -93,7 +93,8 @@ def grad_pieces(gm: fx.GraphModule) -> int:
     """The loops a backward writes pieces' gradients in, for tensors that require grad: one per
     split, chunk or unbind piece read (the pieces' gradients are a cat, and CPU Inductor writes
     each cat input in a loop of its own), and one for all the slices, selects and narrows of a
-    tensor (their gradients are zero-filled copies that Inductor sums in one loop)."""
+    tensor (their gradients are zero-filled copies that Inductor sums in one loop). A slice
+    of every element (``k[:, None]``) passes its gradient on as it is."""
     pieces = 0
     sliced: set[fx.Node] = set()
     for node in gm.graph.nodes:
@@ -101,11 +102,22 @@ def grad_pieces(gm: fx.GraphModule) -> int:
             continue
         whole, part = val(node.args[0]), val(node)
         if isinstance(whole, torch.Tensor):
-            if whole.requires_grad:
+            if whole.requires_grad and not _whole(node):
                 sliced.add(node.args[0])
         elif isinstance(part, torch.Tensor) and part.requires_grad and node.users:
             pieces += 1
     return pieces + len(sliced)
+
+
+def _whole(node: fx.Node) -> bool:
+    """``node`` (a slicing call) views every element of its tensor: no tensor index (which
+    gathers), as many elements, from the same offset (``x[:, None]``, ``x[:, :n]`` of ``n``
+    columns, a select of a dim of 1)."""
+    whole, part = val(node.args[0]), val(node)
+    if not isinstance(part, torch.Tensor) or any(isinstance(val(a), torch.Tensor) for a in node.all_input_nodes[1:]):
+        return False
+    sizes = [static_int(n) for n in (part.numel(), whole.numel(), part.storage_offset(), whole.storage_offset())]
+    return None not in sizes and sizes[0] == sizes[1] and sizes[2] == sizes[3]
 
 
 def saved_inputs(gm: fx.GraphModule) -> set[StorageKey]:

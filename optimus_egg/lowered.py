@@ -25,7 +25,7 @@ from optimus_egg.nodes import static_int, val
 #: ``pointwise`` tag: factories, copies and indexed reads.
 _LOOPS = frozenset({"full", "scalar_tensor", "iota", "empty", "zeros", "ones", "arange", "clone", "_to_copy",
                     "copy", "where", "masked_fill", "repeat", "rev", "gather", "index", "_unsafe_index",
-                    "constant_pad_nd", "embedding", "index_select", "glu", "convert_element_type"})
+                    "constant_pad_nd", "embedding", "index_select", "glu", "convert_element_type", "cat"})
 
 #: A symbolic size without a hint is traced at this size (the kind does not depend on it).
 _UNHINTED = 8

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from optimus_egg.bench import real
 from optimus_egg.pipeline import capture, optimize
-from optimus_egg.bounds import pointwise_elements, restacked, saved_copies
+from optimus_egg.bounds import grad_pieces, pointwise_elements, restacked, saved_copies
 from tests.helpers import Fn, check, check_training
 from tests.rewrites.linears import calls_named
 
@@ -102,6 +102,19 @@ def test_pointwise_elements_are_those_with_gradients():
     w = torch.randn(8, 16, requires_grad=True)
     assert pointwise_elements(capture(Fn(lambda x, w: (x @ w.t()).relu() * 2), (X, w))) == 2 * 32 * 8
     assert pointwise_elements(capture(Fn(lambda x, w: (x @ w.t()).relu() * 2), (X, w.detach()))) == 0
+
+
+@pytest.mark.parametrize("fn, loops", [
+    (lambda x: x[:, :3] * 2, 1),  # a zero-filled gradient
+    (lambda x: x[:, :3] * x[:, 3:], 1),  # one sum for all of x's slices
+    (lambda x: x[:, None] * 2, 0),  # every element: the gradient passes on
+    (lambda x: x[:, :6] * 2, 0),
+    (lambda x: x[:1][0] * 2, 1),  # x[:1]'s gradient is zero-filled; its select of a dim of 1 is all of it
+    (lambda x: x[torch.tensor([3, 2, 1, 0])] * 2, 1),  # a gather, whatever its shape
+    (lambda x: x.split(2, 1)[0] * x.split(2, 1)[2], 2),  # split pieces: a cat input each
+])
+def test_grad_pieces_counts_the_loops_of_pieces_gradients(fn, loops):
+    assert grad_pieces(capture(Fn(fn), (torch.randn(4, 6, requires_grad=True),))) == loops
 
 
 def test_a_piece_shared_by_two_stacks_keeps_its_one_pointwise_op_in_training():
