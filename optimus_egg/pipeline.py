@@ -308,13 +308,12 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
 
 
 def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:
-    """Cheaper by the cost model's figure; on a tie, :func:`_tie_break`, and where it takes the
-    rewrite in a step with gradients None: the backward settles it (:func:`_settle_tie`)."""
+    """Cheaper by the cost model's figure; on a tie, in a step with gradients None: the backward
+    settles it (:func:`_settle_tie`), and it is the larger part of the step; else
+    :func:`_tie_break`."""
     if abs(report.kernels_after - report.kernels_before) > 1e-9:
         return report.kernels_after < report.kernels_before
-    if not _tie_break(report, copies):
-        return False
-    return None if _grad_inputs(gm) else True
+    return None if _grad_inputs(gm) else _tie_break(report, copies)
 
 
 def _settle_tie(gm: fx.GraphModule, new_gm: fx.GraphModule) -> None:
