@@ -74,13 +74,15 @@ class Summary:
     forms: int = 0  # distinct (before form, after form) among the unproven
     profitable: int = 0  # forms with a gain under the eager model
     confirmed: int = 0  # ... and in the kernels eager launches
+    default_model: int = 0  # forms with a gain under the default cost model (Inductor's)
     seconds: float = 0.0
     stop_reasons: Counter = field(default_factory=Counter)
 
     def line(self) -> str:
         return (f"discover: {self.programs} programs, {self.groups} groups ({self.checked_groups} checked), "
                 f"{self.proven} proven, {self.unproven} unproven in {self.forms} forms "
-                f"({self.profitable} profitable, {self.confirmed} in measured launches too), {self.seconds:.1f} s")
+                f"({self.profitable} profitable, {self.confirmed} in measured launches too; "
+                f"{self.default_model} under the default Inductor model), {self.seconds:.1f} s")
 
 
 @dataclass
@@ -291,6 +293,7 @@ def discover(shapes: Sequence[Shape], inputs: Sequence[str], size: int, families
     summary.forms = len(findings)
     summary.profitable = sum(1 for f in findings if f.eager_gain > 0)
     summary.confirmed = sum(1 for f in findings if min(f.eager_gain, f.launches_gain) > 0)
+    summary.default_model = sum(1 for f in findings if f.inductor_gain > 0)
     summary.seconds = time.perf_counter() - start
     return summary, findings
 

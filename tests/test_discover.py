@@ -131,7 +131,9 @@ def test_json_output(tmp_path, capsys):
     path = tmp_path / "found.json"
     assert cli.main(["discover", "--size", "1", "--shapes", "4x6", "--inputs", "1", "--json", str(path)]) == 0
     record = json.loads(path.read_text())
-    assert set(record["summary"]) >= {"programs", "groups", "proven", "unproven", "profitable", "seconds"}
+    assert set(record["summary"]) >= {"programs", "groups", "proven", "unproven", "profitable", "default_model",
+                                      "seconds"}
+    assert record["summary"]["default_model"] == sum(f["inductor_gain"] > 0 for f in record["findings"])
     assert all({"before", "after", "rule", "eager_gain", "held_on"} <= set(f) for f in record["findings"])
     assert capsys.readouterr().out.startswith(f"discover: {record['summary']['programs']} programs")
 

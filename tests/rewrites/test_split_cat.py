@@ -2,7 +2,7 @@
 
 import torch
 
-from tests.helpers import check, check_rule, launches
+from tests.helpers import Fn, check, check_rule, check_training, launches
 
 X = torch.randn(4, 12)
 
@@ -417,6 +417,42 @@ def test_a_slice_of_an_op_of_a_cat_along_another_dim_or_across_pieces_keeps_the_
     fn = lambda x, y: torch.relu(torch.cat([x, y], 0))[3:5] + 1  # noqa: E731
     report, gm = check_rule(fn, x, y)
     assert launches(gm, x, y) == launches(fn, x, y)
+
+
+#: A slice of a view of a cat, along a dim the view keeps (x, y: [8, 4]; the 3-D ones [2, 2, 4]).
+SLICES_OF_VIEWS_OF_CATS = [
+    ("slice-of-unflat-of-cat-before", lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[8:16].relu() + 1),
+    ("slice-of-unflat-of-cat-after", lambda x, y: torch.cat([x, y], 1).view(2, 4, 8)[:, :, 4:].relu() + 1),
+    ("slice-of-unsqueeze-of-cat", lambda x, y: torch.cat([x, y], 0).unsqueeze(0)[:, 8:].relu() + 1),
+    ("slice-of-flat-of-cat-before", lambda x, y: torch.cat([x.view(8, 2, 2), y.view(8, 2, 2)], 0).flatten(1)[8:].relu() + 1),
+    ("slice-of-flat-of-cat-after", lambda x, y: torch.cat([x.view(2, 4, 4), y.view(2, 4, 4)], 2).flatten(0, 1)[:, 4:].relu() + 1),
+]
+
+
+def test_a_slice_of_a_view_of_a_cat_along_a_dim_the_view_keeps_is_the_view_of_a_piece():
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    for name, fn in SLICES_OF_VIEWS_OF_CATS:
+        report, gm = check_rule(fn, x, y)
+        assert report.rules_fired[name] > 0 and launches(gm, x, y) == launches(fn, x, y) - 1, (name, gm.code)
+        assert not any(n.target is torch.cat for n in gm.graph.nodes), name
+
+
+def test_a_slice_of_a_view_of_a_cat_in_training():
+    x, y = torch.randn(8, 4, requires_grad=True), torch.randn(8, 4, requires_grad=True)
+    for _, fn in SLICES_OF_VIEWS_OF_CATS:
+        check_training(Fn(lambda x, y, fn=fn: fn(x, y) * x.sum()), x, y)
+
+
+def test_a_slice_of_a_view_of_a_cat_that_the_view_cuts_or_the_cat_does_not_keeps_the_cat():
+    x, y = torch.randn(8, 4), torch.randn(8, 4)
+    for fn in (lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[:, 1:].relu() + 1,  # a dim the view split
+               lambda x, y: torch.cat([x, y], 1).view(8, 2, 4)[2:4].relu() + 1,  # the cat is along another dim
+               lambda x, y: torch.cat([x, y], 0).unsqueeze(1)[:, :, 1:3].relu() + 1):  # (the same)
+        report, gm = check_rule(fn, x, y)
+        assert not any(r.startswith("slice-of-") and "-of-cat" in r and r != "slice-of-unary-of-cat"
+                       for r in report.rules_fired), report.rules_fired
+    fn = lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[6:10].relu() + 1  # noqa: E731 - across both pieces
+    check_rule(fn, x, y)
 
 
 def test_a_slice_across_pieces_is_the_cat_of_its_parts():
