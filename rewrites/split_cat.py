@@ -159,9 +159,19 @@ RULES = [
     Derive("slice-of-unary-of-cat", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Unary f c))", "(= c (Cat l))",
                                      "(cell l a r d)"),
            ("(let v (Sl c d s n))", "(union t (Unary f v))", "(slice-at v l s)"), stage="expand"),
-    # A slice of a view of a cat along a dim the view keeps is the view of that slice of the cat:
-    # cat([x, y]).view(24, 2, 2)[8:16] → y.view(8, 2, 2) where x has 8 rows. (A slice of a dim
-    # the view splits or merges is unflat-of-slice's, the other way round.)
+    # A slice of a view of a cat along a dim the view keeps, or of a slice of it along another
+    # dim, is the view (the slice) of that slice of the cat: cat([x, y]).view(24, 2, 2)[8:16] →
+    # y.view(8, 2, 2) where x has 8 rows. (A slice of a dim the view splits or merges is
+    # unflat-of-slice's, the other way round.)
+    Derive("slice-of-slice-of-cat", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Sl c e s2 n2))", "(!= e d)",
+                                     "(= c (Cat l))", "(cell l a r d)"),
+           ("(let v (Sl c d s n))", "(union t (Sl v e s2 n2))", "(slice-at v l s)"), stage="expand"),
+    Derive("slice-of-select-of-cat-before", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Squeeze w e))", "(< d e)",
+                                             "(= w (Sl c e i 1))", "(= c (Cat l))", "(cell l a r d)"),
+           ("(let v (Sl c d s n))", "(union t (Squeeze (Sl v e i 1) e))", "(slice-at v l s)"), stage="expand"),
+    Derive("slice-of-select-of-cat-after", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Squeeze w e))", "(>= d e)",
+                                            "(= w (Sl c e i 1))", "(= c (Cat l))", "(= f (+ d 1))", "(cell l a r f)"),
+           ("(let v (Sl c f s n))", "(union t (Squeeze (Sl v e i 1) e))", "(slice-at v l s)"), stage="expand"),
     Derive("slice-of-unflat-of-cat-before", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unflat c d k))", "(< e d)",
                                              "(= c (Cat l))", "(cell l a r e)"),
            ("(let v (Sl c e s n))", "(union t (Unflat v d k))", "(slice-at v l s)"), stage="expand"),

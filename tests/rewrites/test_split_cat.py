@@ -419,8 +419,12 @@ def test_a_slice_of_an_op_of_a_cat_along_another_dim_or_across_pieces_keeps_the_
     assert launches(gm, x, y) == launches(fn, x, y)
 
 
-#: A slice of a view of a cat, along a dim the view keeps (x, y: [8, 4]; the 3-D ones [2, 2, 4]).
+#: A slice of a view of a cat along a dim the view keeps, or of a slice or select of it along
+#: another dim (x, y: [8, 4]).
 SLICES_OF_VIEWS_OF_CATS = [
+    ("slice-of-slice-of-cat", lambda x, y: torch.cat([x, y], 1)[1:3][:, 4:].relu() + 1),
+    ("slice-of-select-of-cat-before", lambda x, y: torch.stack([x, y], 0).select(1, 0).narrow(0, 1, 1).relu() + 1),
+    ("slice-of-select-of-cat-after", lambda x, y: torch.cat([x, y], 1).select(0, 2)[4:].relu() + 1),
     ("slice-of-unflat-of-cat-before", lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[8:16].relu() + 1),
     ("slice-of-unflat-of-cat-after", lambda x, y: torch.cat([x, y], 1).view(2, 4, 8)[:, :, 4:].relu() + 1),
     ("slice-of-unsqueeze-of-cat", lambda x, y: torch.cat([x, y], 0).unsqueeze(0)[:, 8:].relu() + 1),
@@ -447,7 +451,9 @@ def test_a_slice_of_a_view_of_a_cat_that_the_view_cuts_or_the_cat_does_not_keeps
     x, y = torch.randn(8, 4), torch.randn(8, 4)
     for fn in (lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[:, 1:].relu() + 1,  # a dim the view split
                lambda x, y: torch.cat([x, y], 1).view(8, 2, 4)[2:4].relu() + 1,  # the cat is along another dim
-               lambda x, y: torch.cat([x, y], 0).unsqueeze(1)[:, :, 1:3].relu() + 1):  # (the same)
+               lambda x, y: torch.cat([x, y], 0).unsqueeze(1)[:, :, 1:3].relu() + 1,  # (the same)
+               lambda x, y: torch.cat([x, y], 1).select(1, 2)[2:4].relu() + 1,  # (the same)
+               lambda x, y: torch.cat([x, y], 1)[:, 1:7][:, 2:4].relu() + 1):  # along the cat's dim twice
         report, gm = check_rule(fn, x, y)
         assert not any(r.startswith("slice-of-") and "-of-cat" in r and r != "slice-of-unary-of-cat"
                        for r in report.rules_fired), report.rules_fired
