@@ -79,6 +79,16 @@ WRITTEN = Written({"run-start": ("TList",), "cell": ("TList", "T", "TList", "i64
                    "slice-at": ("T", "TList", "i64"), "piece-of": ("T", "T", "i64", "i64", "i64"), "row-of": ("T", "T", "i64", "i64"),
                    "written-piece": ("T",)}, _written)
 
+
+def _slice_of_view_of_cat(name: str, view: str, when: tuple[str, ...], dim: str, rebuilt: str) -> Derive:
+    """``t``, a slice along ``e`` of ``u = view``, a view of the cat ``c`` that keeps ``c``'s dim
+    ``dim`` as ``e``: ``rebuilt``, the view of ``v``, that slice of the cat, which the walk then
+    finds in the cat's pieces (``slice-at``)."""
+    bind, f = ((), "e") if dim == "e" else ((f"(= f {dim})",), "f")
+    return Derive(name, ("(= t (Sl u e s n))", "(> n 0)", f"(= u {view})", *when, "(= c (Cat l))", *bind,
+                         f"(cell l a r {f})"),
+                  (f"(let v (Sl c {f} s n))", f"(union t {rebuilt})", "(slice-at v l s)"), stage="expand")
+
 RULES = [
     # run l m x d s n c: the c list cells from l up to m (c a power of two) are slices of x along
     # d, each next to the one before, together [s, s+n). Runs double (two runs of c cells that
@@ -155,47 +165,30 @@ RULES = [
     Derive("slice-in-inner-cat", ("(slice-in t l a d s n)", "(= a (Cat m))", "(cell m h r d)"),
            ("(slice-at t m s)",), stage="analysis"),
     # A slice of an elementwise op of a cat is the op of that slice of the cat, whose piece the
-    # walk then finds: relu(cat([x, y]))[6:8] → relu(y[2:4]) where x is 4 wide.
-    Derive("slice-of-unary-of-cat", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Unary f c))", "(= c (Cat l))",
-                                     "(cell l a r d)"),
-           ("(let v (Sl c d s n))", "(union t (Unary f v))", "(slice-at v l s)"), stage="expand"),
-    # A slice of a view of a cat along a dim the view keeps, or of a slice of it along another
-    # dim, is the view (the slice) of that slice of the cat: cat([x, y]).view(24, 2, 2)[8:16] →
-    # y.view(8, 2, 2) where x has 8 rows. (A slice of a dim the view splits or merges is
-    # unflat-of-slice's, the other way round.)
-    Derive("slice-of-slice-of-cat", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Sl c e s2 n2))", "(!= e d)",
-                                     "(= c (Cat l))", "(cell l a r d)"),
-           ("(let v (Sl c d s n))", "(union t (Sl v e s2 n2))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-select-of-cat-before", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Squeeze w e))", "(< d e)",
-                                             "(= w (Sl c e i 1))", "(= c (Cat l))", "(cell l a r d)"),
-           ("(let v (Sl c d s n))", "(union t (Squeeze (Sl v e i 1) e))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-select-of-cat-after", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Squeeze w e))", "(>= d e)",
-                                            "(= w (Sl c e i 1))", "(= c (Cat l))", "(= f (+ d 1))", "(cell l a r f)"),
-           ("(let v (Sl c f s n))", "(union t (Squeeze (Sl v e i 1) e))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-unflat-of-cat-before", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unflat c d k))", "(< e d)",
-                                             "(= c (Cat l))", "(cell l a r e)"),
-           ("(let v (Sl c e s n))", "(union t (Unflat v d k))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-unflat-of-cat-after", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unflat c d k))",
-                                            "(> e (+ d 1))", "(= c (Cat l))", "(= f (- e 1))", "(cell l a r f)"),
-           ("(let v (Sl c f s n))", "(union t (Unflat v d k))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-unsqueeze-of-cat", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unflat c d 1))", "(= e (+ d 1))",
-                                         "(= c (Cat l))", "(cell l a r d)"),
-           ("(let v (Sl c d s n))", "(union t (Unflat v d 1))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-unsqueezed-cat-before", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unsqueeze c d))", "(< e d)",
-                                              "(= c (Cat l))", "(cell l a r e)"),
-           ("(let v (Sl c e s n))", "(union t (Unsqueeze v d))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-unsqueezed-cat-after", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Unsqueeze c d))", "(> e d)",
-                                             "(= c (Cat l))", "(= f (- e 1))", "(cell l a r f)"),
-           ("(let v (Sl c f s n))", "(union t (Unsqueeze v d))", "(slice-at v l s)"), stage="expand"),
+    # walk then finds: relu(cat([x, y]))[6:8] → relu(y[2:4]) where x is 4 wide. So is a slice of
+    # a view of a cat along a dim the view keeps, or of a slice or select of it along another
+    # dim: cat([x, y]).view(24, 2, 2)[8:16] → y.view(8, 2, 2) where x has 8 rows. (A slice of a
+    # dim the view splits or merges is unflat-of-slice's, the other way round.)
+    *[_slice_of_view_of_cat(*row) for row in [
+        # name, the view u of the cat c, when, the dim of c the slice cuts, u rebuilt on v
+        ("slice-of-unary-of-cat", "(Unary g c)", (), "e", "(Unary g v)"),
+        ("slice-of-slice-of-cat", "(Sl c d s2 n2)", ("(!= d e)",), "e", "(Sl v d s2 n2)"),
+        ("slice-of-select-of-cat-before", "(Squeeze w d)", ("(= w (Sl c d i 1))", "(< e d)"), "e",
+         "(Squeeze (Sl v d i 1) d)"),
+        ("slice-of-select-of-cat-after", "(Squeeze w d)", ("(= w (Sl c d i 1))", "(>= e d)"), "(+ e 1)",
+         "(Squeeze (Sl v d i 1) d)"),
+        ("slice-of-unflat-of-cat-before", "(Unflat c d k)", ("(< e d)",), "e", "(Unflat v d k)"),
+        ("slice-of-unflat-of-cat-after", "(Unflat c d k)", ("(> e (+ d 1))",), "(- e 1)", "(Unflat v d k)"),
+        ("slice-of-unsqueeze-of-cat", "(Unflat c d 1)", ("(= e (+ d 1))",), "d", "(Unflat v d 1)"),
+        ("slice-of-unsqueezed-cat-before", "(Unsqueeze c d)", ("(< e d)",), "e", "(Unsqueeze v d)"),
+        ("slice-of-unsqueezed-cat-after", "(Unsqueeze c d)", ("(> e d)",), "(- e 1)", "(Unsqueeze v d)"),
+        ("slice-of-flat-of-cat-before", "(Flat c d)", ("(< e d)",), "e", "(Flat v d)"),
+        ("slice-of-flat-of-cat-after", "(Flat c d)", ("(> e d)",), "(+ e 1)", "(Flat v d)"),
+    ]],
+    # ... and whole rows of a flattened cat are the rows of the cat, flattened.
     Derive("slice-of-flat-of-cat-rows", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Flat c d))", "(= k (size c (+ d 1)))",
                                          "(> k 0)", "(= 0 (% s k))", "(= 0 (% n k))", "(= c (Cat l))", "(cell l a r d)"),
            ("(let v (Sl c d (/ s k) (/ n k)))", "(union t (Flat v d))", "(slice-at v l (/ s k))"), stage="expand"),
-    Derive("slice-of-flat-of-cat-before", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Flat c d))", "(< e d)",
-                                           "(= c (Cat l))", "(cell l a r e)"),
-           ("(let v (Sl c e s n))", "(union t (Flat v d))", "(slice-at v l s)"), stage="expand"),
-    Derive("slice-of-flat-of-cat-after", ("(= t (Sl u e s n))", "(> n 0)", "(= u (Flat c d))", "(> e d)",
-                                          "(= c (Cat l))", "(= f (+ e 1))", "(cell l a r f)"),
-           ("(let v (Sl c f s n))", "(union t (Flat v d))", "(slice-at v l s)"), stage="expand"),
     Derive("slice-in-piece", ("(slice-in t l a d 0 n)", "(= n (size a d))"), ("(union t a)",),
            covers="split_cat_pass"),
     Derive("slice-in-sliced-piece", ("(slice-in t l a d s n)", "(= a (Sl x d u w))", "(<= (+ s n) w)"),
