@@ -426,6 +426,7 @@ SLICES_OF_VIEWS_OF_CATS = [
     ("slice-of-unsqueezed-cat-before", lambda x, y: torch.cat([x, y], 0).unsqueeze(2)[8:].relu() + 1),
     ("slice-of-unsqueezed-cat-after", lambda x, y: torch.cat([x, y], 1).unsqueeze(0)[:, :, 4:].relu() + 1),
     ("slice-of-flat-of-cat-rows", lambda x, y: torch.cat([x, y], 0).flatten()[32:48].relu() + 1),
+    ("slice-of-flat-of-cat-in-row", lambda x, y: torch.cat([x, y], 0).flatten()[37:39].relu() + 1),
     ("slice-of-select-of-cat-before", lambda x, y: torch.stack([x, y], 0).select(1, 0).narrow(0, 1, 1).relu() + 1),
     ("slice-of-select-of-cat-after", lambda x, y: torch.cat([x, y], 1).select(0, 2)[4:].relu() + 1),
     ("slice-of-unflat-of-cat-before", lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[8:16].relu() + 1),
