@@ -26,7 +26,7 @@ backward writes pieces' gradients in (a split's are a cat, a sliced tensor's one
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Any, Iterator
 
 import torch
 import torch.fx as fx
@@ -102,18 +102,17 @@ def grad_pieces(gm: fx.GraphModule) -> int:
             continue
         whole, part = val(node.args[0]), val(node)
         if isinstance(whole, torch.Tensor):
-            if whole.requires_grad and not _whole(node):
+            if whole.requires_grad and not _whole(node, whole, part):
                 sliced.add(node.args[0])
         elif isinstance(part, torch.Tensor) and part.requires_grad and node.users:
             pieces += 1
     return pieces + len(sliced)
 
 
-def _whole(node: fx.Node) -> bool:
-    """``node`` (a slicing call) views every element of its tensor: no tensor index (which
-    gathers), as many elements, from the same offset (``x[:, None]``, ``x[:, :n]`` of ``n``
-    columns, a select of a dim of 1)."""
-    whole, part = val(node.args[0]), val(node)
+def _whole(node: fx.Node, whole: torch.Tensor, part: Any) -> bool:
+    """``node`` (a slicing call of ``whole``, giving ``part``) views every element of its tensor:
+    no tensor index (which gathers), as many elements, from the same offset (``x[:, None]``,
+    ``x[:, :n]`` of ``n`` columns, a select of a dim of 1)."""
     if not isinstance(part, torch.Tensor) or any(isinstance(val(a), torch.Tensor) for a in node.all_input_nodes[1:]):
         return False
     sizes = [static_int(n) for n in (part.numel(), whole.numel(), part.storage_offset(), whole.storage_offset())]

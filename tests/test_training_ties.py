@@ -99,8 +99,8 @@ def partial_rotary(cos, sin, qkv):
     """GPT-NeoX's attention: q, k, v chunks of one projection, the rotary embedding on the first
     columns of q and k (``rotate_half``'s slices of slices), the rest passed and glued back. As
     written the backward writes q's and k's pieces apart; rewritten (slices of ``qkv``), one
-    loop sums them. The forward ties with as many eager launches (hunt13's GPT-NeoX and this:
-    a kernel object fewer than Inductor, where keeping the graph was one more)."""
+    loop sums them. The forward ties with as many eager launches (GPT-NeoX's training step,
+    and this pattern: a kernel object fewer than Inductor, where keeping the graph was as many)."""
     def rotate_half(x):
         return torch.cat((-x[..., 2:], x[..., :2]), -1)
 
