@@ -186,8 +186,9 @@ RULES = [
     ]],
     # ... whole rows of a flattened cat are the rows of the cat, flattened, and a part of one row
     # is a part of that row of the cat: cat([x, y]).flatten()[26:28] → y[0][2:4] (x, y: [3, 8]).
-    Derive("slice-of-flat-of-cat-rows", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Flat c d))", "(= k (size c (+ d 1)))",
-                                         "(> k 0)", "(= 0 (% s k))", "(= 0 (% n k))", "(= c (Cat l))", "(cell l a r d)"),
+    Derive("slice-of-flat-of-cat-rows", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Flat c d))",
+                                         "(= k (size c (+ d 1)))", "(> k 0)", "(= 0 (% s k))", "(= 0 (% n k))",
+                                         "(= c (Cat l))", "(cell l a r d)"),
            ("(let v (Sl c d (/ s k) (/ n k)))", "(union t (Flat v d))", "(slice-at v l (/ s k))"), stage="expand"),
     Derive("slice-of-flat-of-cat-in-row", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Flat c d))",
                                            "(= k (size c (+ d 1)))", "(> k 0)", "(<= (+ (% s k) n) k)", "(< n k)",

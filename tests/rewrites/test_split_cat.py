@@ -432,8 +432,10 @@ SLICES_OF_VIEWS_OF_CATS = [
     ("slice-of-select-of-cat-after", lambda x, y: torch.cat([x, y], 1).select(0, 2)[4:].relu() + 1),
     ("slice-of-unflat-of-cat-before", lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[8:16].relu() + 1),
     ("slice-of-unflat-of-cat-after", lambda x, y: torch.cat([x, y], 1).view(2, 4, 8)[:, :, 4:].relu() + 1),
-    ("slice-of-flat-of-cat-before", lambda x, y: torch.cat([x.view(8, 2, 2), y.view(8, 2, 2)], 0).flatten(1)[8:].relu() + 1),
-    ("slice-of-flat-of-cat-after", lambda x, y: torch.cat([x.view(2, 4, 4), y.view(2, 4, 4)], 2).flatten(0, 1)[:, 4:].relu() + 1),
+    ("slice-of-flat-of-cat-before",
+     lambda x, y: torch.cat([x.view(8, 2, 2), y.view(8, 2, 2)], 0).flatten(1)[8:].relu() + 1),
+    ("slice-of-flat-of-cat-after",
+     lambda x, y: torch.cat([x.view(2, 4, 4), y.view(2, 4, 4)], 2).flatten(0, 1)[:, 4:].relu() + 1),
 ]
 
 
@@ -458,7 +460,10 @@ def test_a_slice_of_a_view_of_a_cat_that_the_view_cuts_or_the_cat_does_not_keeps
                lambda x, y: torch.cat([x, y], 0).unsqueeze(1)[:, :, 1:3].relu() + 1,  # (the same)
                lambda x, y: torch.cat([x, y], 1).select(1, 2)[2:4].relu() + 1,  # (the same)
                lambda x, y: torch.cat([x, y], 1)[:, 1:7][:, 2:4].relu() + 1,  # along the cat's dim twice
-               lambda x, y: torch.cat([x, y], 0).flatten()[30:34].relu() + 1):  # a part of two rows
+               lambda x, y: torch.cat([x, y], 0).flatten()[30:34].relu() + 1,  # a part of two rows
+               # flattened, the slice along another dim than the cat's
+               lambda x, y: torch.cat([x.view(8, 2, 2), y.view(8, 2, 2)], 2).flatten(1)[2:4].relu() + 1,
+               lambda x, y: torch.cat([x.view(2, 4, 4), y.view(2, 4, 4)], 0).flatten(0, 1)[:, 1:3].relu() + 1):
         report, gm = check_rule(fn, x, y)
         assert not {name for name, _ in SLICES_OF_VIEWS_OF_CATS} & set(report.rules_fired), report.rules_fired
     fn = lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[6:10].relu() + 1  # noqa: E731 - across both pieces
