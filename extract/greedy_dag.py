@@ -40,15 +40,15 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | 
     the e-node count, a tie also keeps the program's order of materializations (:func:`_in_order`)."""
     kids = [_class_kids(graph, n) for n in range(len(graph.nodes))]
     own = [cost(node) for node in graph.nodes]
-    weights = own if moved is None else _with_bytes(graph, own, moved)
-    choice = _greedy_dag(graph, kids, _in_order(graph, kids, weights))
+    weights = _in_order(graph, kids, own if moved is None else _with_bytes(graph, own, moved))
+    choice = _greedy_dag(graph, kids, weights)
     method = "greedy-dag"
     if not all(r in choice for r in roots):
         raise RuntimeError("extraction found no finite term for a graph output")
     if _has_cycle(roots, choice, kids):
         choice, method = _tree(graph, kids, own), "tree (greedy-dag result was cyclic)"
     shared = dict(choice)
-    _share(graph, roots, shared, kids, own)
+    _share(graph, roots, shared, kids, weights)
     _fuse(graph, roots, shared, kids, own)
     if not _has_cycle(roots, shared, kids):  # never expected; the unshared choice is acyclic
         choice = shared
@@ -193,34 +193,73 @@ def _price(classes: int, costly: int, paid: dict[int, float]) -> float:
 
 def _share(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[list[int]],
            own: list[float]) -> None:
-    """Reuse what the extracted graph computes anyway: a class switches to a cheaper node whose
-    operands are extracted already, or a few views away from extracted ones (a slice of a tensor
-    computed for another use, instead of recomputing the op per piece). Greedy misses these: it
-    prices each class with its whole sub-DAG, as if nothing were shared."""
+    """Reuse what the extracted graph computes anyway: a class switches to a node whose operands
+    are extracted already, or a few views away from extracted ones, where that costs less than
+    the node it uses now and what only that node reads (a slice of a tensor computed for another
+    use, instead of recomputing the op per piece; ``pow(x.view(...))`` where ``x.view(...)`` is
+    extracted for another reader, not ``pow(x).view(...)``). Greedy misses these: it prices each
+    class with its whole sub-DAG, as if nothing were shared."""
     order = _postorder(roots, choice, kids)
+    readers = _readers(roots, order, choice, kids)
     for _ in range(_SHARE_PASSES):
         changed = False
         for cls in list(order):
             if cls not in order:
                 continue
             for n in graph.classes[cls]:
-                if own[n] >= own[choice[cls]] - 1e-9:
+                if n == choice[cls]:
                     continue
                 plan: dict[int, int] = {}
                 if not all(_by_views(k, order, graph, kids, own, plan, _VIEW_DEPTH) for k in kids[n]) or cls in plan:
                     continue
-                frontier = {k for m in (n, *plan.values()) for k in kids[m] if k in order}
+                added = own[n] + sum(own[m] + EPSILON for m in plan.values())
+                kept = {k for m in (n, *plan.values()) for k in kids[m]}
+                if added >= own[choice[cls]] + _only_read_by(cls, choice, kids, own, readers, kept) - 1e-12:
+                    continue
+                frontier = {k for k in kept if k in order}
                 if _reaches([k for k in frontier if order[k] >= order[cls]], {cls}, choice, kids, order):
                     continue
                 choice.update(plan)
                 choice[cls], changed = n, True
                 order = _postorder(roots, choice, kids)
+                readers = _readers(roots, order, choice, kids)
                 break
         if not changed:
             return
 
 
+def _readers(roots: list[int], order: dict[int, int], choice: dict[int, int],
+             kids: list[list[int]]) -> dict[int, int]:
+    """How many extracted classes read each extracted class (a graph output counts as one)."""
+    readers: dict[int, int] = defaultdict(int)
+    for cls in order:
+        for k in set(kids[choice[cls]]):
+            readers[k] += 1
+    for r in set(roots):
+        readers[r] += 1
+    return readers
+
+
+def _only_read_by(cls: int, choice: dict[int, int], kids: list[list[int]], own: list[float],
+                  readers: dict[int, int], kept: set[int]) -> float:
+    """What the classes below ``cls``'s node that nothing else reads cost (each with its
+    EPSILON): what switching that node drops, ``kept`` aside. At most :data:`_ONLY_READ_BY`
+    classes are counted; a larger sub-DAG is not weighed in full, which only forgoes a switch."""
+    dropped: dict[int, int] = defaultdict(int)  # class -> its readers that would be dropped
+    stack, total, count = list(set(kids[choice[cls]])), 0.0, 0
+    while stack and count < _ONLY_READ_BY:
+        k = stack.pop()
+        dropped[k] += 1
+        if k in kept or dropped[k] < readers[k]:
+            continue
+        count += 1
+        total += own[choice[k]] + EPSILON
+        stack.extend(set(kids[choice[k]]))
+    return total
+
+
 _SHARE_PASSES = 4
+_ONLY_READ_BY = 64
 _VIEW_DEPTH = 3
 
 

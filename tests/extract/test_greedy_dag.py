@@ -3,7 +3,7 @@
 import torch
 
 from optimus_egg.egraph import ENode
-from optimus_egg.extract.greedy_dag import _bits, extract
+from optimus_egg.extract.greedy_dag import _bits, _class_kids, extract
 from tests.helpers import frozen
 
 
@@ -146,6 +146,36 @@ def test_an_op_pulled_out_of_a_slice_for_nothing_stays_on_the_slice():
     report, gm = check(f, x)
     tanh = [n for n in gm.graph.nodes if n.target is torch.tanh]
     assert len(tanh) == 1 and tuple(val(tanh[0]).shape) == (4, 2)
+
+
+def test_an_op_on_a_view_extracted_anyway_stays_on_that_view():
+    """Mamba2's gated norm: g = h.view(...) feeds both pow(g) and a later multiply. pow(g) and
+    pow(h).view(...) are one kernel each, but the second computes a class nothing else reads:
+    whichever greedy met first, the extraction reads the view it has anyway (CPU Inductor had
+    fused the norm one loop nest better as written)."""
+    for order in ((0, 1), (1, 0)):
+        pows = [ENode("Unary", ("pow", 1), 2), ENode("Unflat", (3, 1, 2), 2)]
+        nodes = [ENode("Input", (0,), 0), ENode("Unflat", (0, 1, 2), 1),
+                 *(pows[i] for i in order), ENode("Unary", ("pow", 0), 3),
+                 ENode("Binary", ("mul", 1, 2), 4)]
+
+        def kernels(node):
+            return 1.0 if node.op in ("Unary", "Binary") else 0.0
+
+        graph = frozen(nodes)
+        ex = extract(graph, [4], kernels)
+        assert graph.nodes[ex.choice[2]].op == "Unary" and 3 not in _extracted(graph, ex, [4]), order
+        assert ex.cost == 2.0
+
+
+def _extracted(graph, ex, roots):
+    seen, stack = set(), list(roots)
+    while stack:
+        cls = stack.pop()
+        if cls not in seen:
+            seen.add(cls)
+            stack.extend(_class_kids(graph, ex.choice[cls]))
+    return seen
 
 
 def _stack_and_flat(v_first: bool):
