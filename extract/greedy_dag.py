@@ -9,8 +9,8 @@ parents; then a tree-cost extraction with strictly positive costs (always acycli
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
-from collections.abc import Collection
+from collections import ChainMap, defaultdict
+from collections.abc import Collection, Mapping, MutableMapping
 from dataclasses import dataclass
 
 from optimus_egg.egraph import Frozen
@@ -24,7 +24,7 @@ EPSILON = 1e-4
 
 @dataclass
 class Extraction:
-    choice: dict[int, int]  # class -> node index
+    choice: Mapping[int, int]  # class -> node index
     cost: float  # kernel cost of the extracted DAG (epsilons excluded)
     method: str
 
@@ -38,6 +38,21 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | 
     """``moved`` (bytes an e-node moves) settles ties: ``relu(x[:, :8])`` rather than
     ``relu(x)[:, :8]``, the same launches and a sixth of the work, forward and backward. Before
     the e-node count, a tie also keeps the program's order of materializations (:func:`_in_order`)."""
+    kids, own, weights, choice, method = _greedy(graph, roots, cost, moved)
+    return _finish(graph, roots, choice, method, kids, own, weights, apart=False)
+
+
+def extract_apart(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | None = None
+                  ) -> dict[int, Extraction]:
+    """Each root extracted as if it were the graph's only output: one greedy pass, then each
+    root's own sharing and fusing, which reuse only what that root's DAG extracts (``discover``
+    prices many unrelated programs of one e-graph this way)."""
+    kids, own, weights, choice, method = _greedy(graph, roots, cost, moved)
+    return {r: _finish(graph, [r], choice, method, kids, own, weights, apart=True) for r in set(roots)}
+
+
+def _greedy(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | None
+            ) -> tuple[list[list[int]], list[float], list[float], dict[int, int], str]:
     kids = [_class_kids(graph, n) for n in range(len(graph.nodes))]
     own = [cost(node) for node in graph.nodes]
     weights = _in_order(graph, kids, own if moved is None else _with_bytes(graph, own, moved))
@@ -47,7 +62,14 @@ def extract(graph: Frozen, roots: list[int], cost: CostModel, moved: NodeCost | 
         raise RuntimeError("extraction found no finite term for a graph output")
     if _has_cycle(roots, choice, kids):
         choice, method = _tree(graph, kids, own), "tree (greedy-dag result was cyclic)"
-    shared = dict(choice)
+    return kids, own, weights, choice, method
+
+
+def _finish(graph: Frozen, roots: list[int], choice: dict[int, int], method: str, kids: list[list[int]],
+            own: list[float], weights: list[float], apart: bool) -> Extraction:
+    """Greedy's ``choice`` shared and fused for ``roots`` (``apart``: over a layer of its own, so
+    that ``choice`` serves other roots after)."""
+    shared: MutableMapping[int, int] = ChainMap({}, choice) if apart else dict(choice)
     _share(graph, roots, shared, kids, weights)
     _fuse(graph, roots, shared, kids, own)
     if not _has_cycle(roots, shared, kids):  # never expected; the unshared choice is acyclic
@@ -191,7 +213,7 @@ def _price(classes: int, costly: int, paid: dict[int, float]) -> float:
     return EPSILON * (classes ^ some).bit_count() + sum([paid[c] for c in _bits(some)])
 
 
-def _share(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[list[int]],
+def _share(graph: Frozen, roots: list[int], choice: MutableMapping[int, int], kids: list[list[int]],
            own: list[float]) -> None:
     """Reuse what the extracted graph computes anyway: a class switches to a node whose operands
     are extracted already, or a few views away from extracted ones, where that costs less than
@@ -228,7 +250,7 @@ def _share(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[l
             return
 
 
-def _readers(roots: list[int], order: dict[int, int], choice: dict[int, int],
+def _readers(roots: list[int], order: dict[int, int], choice: Mapping[int, int],
              kids: list[list[int]]) -> dict[int, int]:
     """How many extracted classes read each extracted class (a graph output counts as one)."""
     readers: dict[int, int] = defaultdict(int)
@@ -240,7 +262,7 @@ def _readers(roots: list[int], order: dict[int, int], choice: dict[int, int],
     return readers
 
 
-def _only_read_by(cls: int, choice: dict[int, int], kids: list[list[int]], own: list[float],
+def _only_read_by(cls: int, choice: Mapping[int, int], kids: list[list[int]], own: list[float],
                   readers: dict[int, int], kept: set[int]) -> float:
     """What the classes below ``cls``'s node that nothing else reads cost (each with its
     EPSILON): what switching that node drops, ``kept`` aside. At most :data:`_ONLY_READ_BY`
@@ -281,7 +303,7 @@ def _by_views(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[in
     return False
 
 
-def _fuse(graph: Frozen, roots: list[int], choice: dict[int, int], kids: list[list[int]],
+def _fuse(graph: Frozen, roots: list[int], choice: MutableMapping[int, int], kids: list[list[int]],
           own: list[float]) -> None:
     """Build one op that several extracted classes are views of, when it costs less than what
     they cost now: N linears as slices of one linear on concatenated weights. Greedy never picks
@@ -368,7 +390,7 @@ def _build_cost(cls: int, order: dict[int, int], graph: Frozen, kids: list[list[
 _BUILD_WIDTH = 4
 
 
-def _postorder(roots: list[int], choice: dict[int, int], kids: list[list[int]]) -> dict[int, int]:
+def _postorder(roots: list[int], choice: Mapping[int, int], kids: list[list[int]]) -> dict[int, int]:
     """Each extracted class's position in a post-order of the extracted DAG (operands first)."""
     order: dict[int, int] = {}
     seen: set[int] = set()
@@ -386,7 +408,7 @@ def _postorder(roots: list[int], choice: dict[int, int], kids: list[list[int]]) 
     return order
 
 
-def _reaches(starts: Collection[int], targets: Collection[int], choice: dict[int, int], kids: list[list[int]],
+def _reaches(starts: Collection[int], targets: Collection[int], choice: Mapping[int, int], kids: list[list[int]],
              order: dict[int, int]) -> bool:
     """Whether any of ``targets`` is below (or is) any of ``starts`` in the extracted DAG
     (``order``: its post-order), or may be: one walk from every start, which skips classes before
@@ -443,7 +465,7 @@ def _tree(graph: Frozen, kids: list[list[int]], own: list[float]) -> dict[int, i
     return choice
 
 
-def _has_cycle(roots: list[int], choice: dict[int, int], kids: list[list[int]]) -> bool:
+def _has_cycle(roots: list[int], choice: Mapping[int, int], kids: list[list[int]]) -> bool:
     state: dict[int, int] = {}  # 1 = on the stack, 2 = done
     for root in roots:
         stack = [(root, False)]
@@ -466,7 +488,7 @@ def _has_cycle(roots: list[int], choice: dict[int, int], kids: list[list[int]]) 
     return False
 
 
-def dag_cost(roots: list[int], choice: dict[int, int], kids: list[list[int]], own: list[float]) -> float:
+def dag_cost(roots: list[int], choice: Mapping[int, int], kids: list[list[int]], own: list[float]) -> float:
     seen: set[int] = set()
     stack = list(roots)
     total = 0.0

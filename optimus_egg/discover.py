@@ -166,8 +166,7 @@ def extracted_prices(frozen: Frozen, classes: list[int], facts: dict[int, Fact],
     moved = MemoryCost(registry).bind(frozen, facts)
     out: dict[int, tuple[float, float]] = {}
     for model in (eager, inductor):
-        ex = greedy_dag.extract(frozen, classes, model.bind(frozen, facts), moved)
-        for c in set(classes):
+        for c, ex in greedy_dag.extract_apart(frozen, classes, model.bind(frozen, facts), moved).items():
             one = extracted_dag(frozen, ex, [c], facts)
             price = (eager.total(one), inductor.total(one))
             out[c] = min(out.get(c, price), price)

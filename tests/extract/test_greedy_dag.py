@@ -3,7 +3,7 @@
 import torch
 
 from optimus_egg.egraph import ENode
-from optimus_egg.extract.greedy_dag import _bits, _class_kids, extract
+from optimus_egg.extract.greedy_dag import _bits, _class_kids, extract, extract_apart
 from tests.helpers import frozen
 
 
@@ -166,6 +166,24 @@ def test_an_op_on_a_view_extracted_anyway_stays_on_that_view():
         ex = extract(graph, [4], kernels)
         assert graph.nodes[ex.choice[2]].op == "Unary" and 3 not in _extracted(graph, ex, [4]), order
         assert ex.cost == 2.0
+
+
+def test_roots_extracted_apart_cost_what_each_costs_alone():
+    """discover prices many programs of one e-graph: extracted together, one program's pow may
+    read a view another program extracts, and look cheaper than it is on its own."""
+    nodes = [ENode("Input", (0,), 0), ENode("Unflat", (0, 1, 2), 1),
+             ENode("Unflat", (3, 1, 2), 2), ENode("Unary", ("pow", 0), 3), ENode("Unary", ("pow", 1), 2),
+             ENode("Binary", ("mul", 1, 1), 4)]
+
+    def kernels(node):
+        return 1.0 if node.op in ("Unary", "Binary") else 0.0
+
+    graph = frozen(nodes)
+    apart = extract_apart(graph, [2, 4], kernels)
+    for root in (2, 4):
+        alone = extract(graph, [root], kernels)
+        assert apart[root].cost == alone.cost == 1.0
+        assert _extracted(graph, apart[root], [root]) == _extracted(graph, alone, [root]), root
 
 
 def _extracted(graph, ex, roots):
