@@ -208,6 +208,24 @@ def runs_once(node: fx.Node) -> bool:
     return draws_random(node) or node.op == "call_module" or isinstance(node.target, torch._ops.HigherOrderOperator)
 
 
+def order_kept(before: list[fx.Node], after: list[fx.Node]) -> bool:
+    """Whether ``after`` (the same calls reordered) runs every call with an effect in the order
+    of ``before``, and keeps every call that reads or is storage a call writes on the same side
+    of that write: then the reorder computes what ``before`` does."""
+    was = {n: i for i, n in enumerate(before)}
+    now = {n: i for i, n in enumerate(after) if n in was}
+    marked = [n for n in before if is_inplace(n) or runs_once(n) or switches_mode(n)]
+    if sorted(marked, key=now.__getitem__) != marked:
+        return False
+    for w in (n for n in marked if is_inplace(n)):
+        written = {k for a in written_arguments(w) for k in storage_keys(a)}
+        for n in before:
+            touches = {*storage_keys(n), *(k for a in n.all_input_nodes for k in storage_keys(a))}
+            if n is not w and touches & written and (was[n] < was[w]) != (now[n] < now[w]):
+                return False
+    return True
+
+
 def identity_dropout(node: fx.Node) -> fx.Node | None:
     """The input of a dropout that is off (``training`` a literal False), else None. Such a call
     draws nothing and returns its input itself (ATen: ``if (!train) return input``), so it is

@@ -210,10 +210,8 @@ def _run(gm: fx.GraphModule, options: Options, report: Report, disjoint_outputs:
         log_debug("batched dropouts overlap; optimizing again without batch_random")
         return _optimize(gm, replace(options, batch_random=False), report, disjoint_outputs)
     emitter.mark_origins(classes)
-    if disjoint_outputs or tr.effects is None:  # (a graph that writes keeps emission's effect order)
-        order_as_written(new_gm.graph, gm.graph)
-        if not disjoint_outputs:  # the program's order puts stacks of weights back above their readers
-            cleanup.sink_input_stacks(new_gm.graph)
+    _order_as_written(new_gm.graph, gm.graph, sink=not disjoint_outputs,
+                      check=tr.effects is not None and not disjoint_outputs)
     check_outputs(gm, new_gm)
     restrided = [] if disjoint_outputs else restride_outputs(gm, new_gm)
     clock("cleanup")
@@ -305,6 +303,22 @@ def _segment(gm: fx.GraphModule, options: Options, report: Report) -> fx.GraphMo
     new_gm = _optimize(gm, options, part, False)
     report.add(part)
     return new_gm
+
+
+def _order_as_written(graph: fx.Graph, original: fx.Graph, sink: bool, check: bool) -> None:
+    """``graph`` in the program's order (:func:`order_as_written`; ``sink``: stacks of weights
+    put back above their readers), which Inductor fuses along; emission writes each output's
+    operands depth first (T5's decoder before its encoder). ``check`` (a forward graph that
+    writes): only where the reorder keeps every effect where it was (:func:`effects.order_kept`);
+    else as emitted."""
+    calls = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+    order_as_written(graph, original)
+    if sink:
+        cleanup.sink_input_stacks(graph)
+    if check and not effects.order_kept(calls, [n for n in graph.nodes if n.op not in ("placeholder", "output")]):
+        output = next(iter(graph.find_nodes(op="output")))
+        for n in calls:
+            output.prepend(n)
 
 
 def _cheaper(report: Report, gm: fx.GraphModule, copies: int = 0) -> bool | None:

@@ -76,3 +76,40 @@ def test_calls_that_write_arguments_besides_their_result_name_them():
     assert written(lambda x, i, w, m, v: F.embedding(i, w, max_norm=2.0)) == ([2], True)
     assert written(lambda x, i, w, m, v: F.embedding(i, w)) == ([], False)
     assert effects.is_inplace(torch.fx.Graph().call_function(torch.ops.aten.add_, ()))  # an overload packet
+
+
+def test_a_reorder_keeps_effects_in_order_and_reads_on_their_side_of_a_write():
+    def fn(x, y):
+        a = x * 2
+        r = a.sin()  # reads a before the write
+        a.add_(1)
+        return r + a, y.cos()
+
+    gm = capture(Fn(fn), (torch.randn(4), torch.randn(4)))
+    calls = [n for n in gm.graph.nodes if n.op not in ("placeholder", "output")]
+    sin = next(n for n in calls if "sin" in str(n.target))
+    write = next(n for n in calls if effects.is_inplace(n))
+    cos = next(n for n in calls if "cos" in str(n.target))
+    assert effects.order_kept(calls, calls)
+    moved_cos = [cos, *(n for n in calls if n is not cos)]  # touches nothing written
+    assert effects.order_kept(calls, moved_cos)
+    late_read = [n for n in calls if n is not sin]
+    late_read.insert(late_read.index(write) + 1, sin)  # sin now reads a after the write
+    assert not effects.order_kept(calls, late_read)
+
+
+def test_a_graph_that_writes_is_emitted_in_the_programs_order():
+    """Emission writes each output's operands depth first; Inductor fuses along the order it is
+    given (T5, whose relative-position buckets are summed in place, had its decoder emitted
+    before its encoder). Where no effect moves, the program's order is kept."""
+    def fn(x, y):
+        t = x * 2
+        t += 1
+        a = torch.cat(torch.split(t.sin(), 4, 1), 1) * 3
+        return y.cos(), a
+
+    report, gm = check(fn, torch.randn(4, 8), torch.randn(4, 8), cost_model="eager")
+    assert report.rules_fired and not report.kept
+    calls = [n for n in gm.graph.nodes if n.op == "call_method" or n.op == "call_function"]
+    names = [str(n.target) for n in calls]
+    assert names.index("cos") > max(i for i, n in enumerate(calls) if "mul" in str(n.target)), gm.code
