@@ -190,6 +190,11 @@ RULES = [
                                          "(= k (size c (+ d 1)))", "(> k 0)", "(= 0 (% s k))", "(= 0 (% n k))",
                                          "(= c (Cat l))", "(cell l a r d)"),
            ("(let v (Sl c d (/ s k) (/ n k)))", "(union t (Flat v d))", "(slice-at v l (/ s k))"), stage="expand"),
+    # ... and whole rows of a dim a view splits, of a cat along it, are rows of the cat, so split:
+    # cat([x, y], 1).view(8, 2, 4)[:, 1:2] → y.view(8, 1, 4) (x, y: [8, 4]).
+    Derive("slice-of-unflat-of-cat-rows", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Unflat c d k))",
+                                           "(= m (size u (+ d 1)))", "(= c (Cat l))", "(cell l a r d)"),
+           ("(let v (Sl c d (* s m) (* n m)))", "(union t (Unflat v d n))", "(slice-at v l (* s m))"), stage="expand"),
     Derive("slice-of-flat-of-cat-in-row", ("(= t (Sl u d s n))", "(> n 0)", "(= u (Flat c d))",
                                            "(= k (size c (+ d 1)))", "(> k 0)", "(<= (+ (% s k) n) k)", "(< n k)",
                                            "(= c (Cat l))", "(cell l a r d)"),

@@ -432,6 +432,8 @@ SLICES_OF_VIEWS_OF_CATS = [
     ("slice-of-select-of-cat-after", lambda x, y: torch.cat([x, y], 1).select(0, 2)[4:].relu() + 1),
     ("slice-of-unflat-of-cat-before", lambda x, y: torch.cat([x, y], 0).view(16, 2, 2)[8:16].relu() + 1),
     ("slice-of-unflat-of-cat-after", lambda x, y: torch.cat([x, y], 1).view(2, 4, 8)[:, :, 4:].relu() + 1),
+    ("slice-of-unflat-of-cat-rows", lambda x, y: torch.cat([x, y], 1).view(8, 2, 4)[:, 1:2].relu() + 1),
+    ("slice-of-unflat-of-cat-rows", lambda x, y: torch.cat([x, y], 0).view(4, 4, 4)[2:].relu() + 1),
     ("slice-of-flat-of-cat-before",
      lambda x, y: torch.cat([x.view(8, 2, 2), y.view(8, 2, 2)], 0).flatten(1)[8:].relu() + 1),
     ("slice-of-flat-of-cat-after",
