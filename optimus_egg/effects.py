@@ -219,11 +219,14 @@ def order_kept(before: list[fx.Node], after: list[fx.Node]) -> bool:
         return False
     for w in (n for n in marked if is_inplace(n)):
         written = {k for a in written_arguments(w) for k in storage_keys(a)}
-        for n in before:
-            touches = {*storage_keys(n), *(k for a in n.all_input_nodes for k in storage_keys(a))}
-            if n is not w and touches & written and (was[n] < was[w]) != (now[n] < now[w]):
-                return False
+        if any(n is not w and touches(n, written) and (was[n] < was[w]) != (now[n] < now[w]) for n in before):
+            return False
     return True
+
+
+def touches(node: fx.Node, storages: set[Any]) -> bool:
+    """Does ``node`` read or compute a tensor in one of ``storages``?"""
+    return bool(storages) and any(k in storages for n in (node, *node.all_input_nodes) for k in storage_keys(n))
 
 
 def identity_dropout(node: fx.Node) -> fx.Node | None:

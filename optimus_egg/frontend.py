@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 import operator
 from typing import Any
 
-import torch
 import torch.fx as fx
 from torch.utils import _pytree as pytree
 
 from optimus_egg import calls, draws, optable, structural
 from optimus_egg.calls import Registry
-from optimus_egg.effects import draws_random, runs_once, storage_key, written_arguments
+from optimus_egg.effects import draws_random, runs_once, storage_key, touches, written_arguments
 from optimus_egg.ir import ARGS, Term, as_list
 from optimus_egg.nodes import static_shape, val
 from optimus_egg.structural import Pieces
@@ -59,14 +58,6 @@ def mutated_storages(graph: fx.Graph) -> set[Any]:
     written = {storage_key(val(arg)) for node in graph.nodes for arg in written_arguments(node)}
     written.discard(None)
     return written
-
-
-def _touches(node: fx.Node, storages: set[Any]) -> bool:
-    if not storages:
-        return False
-    values = [val(node), *(val(a) for a in node.all_input_nodes)]
-    leaves = pytree.tree_leaves(values)
-    return any(storage_key(v) in storages for v in leaves if isinstance(v, torch.Tensor))
 
 
 def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
@@ -121,9 +112,9 @@ def translate(gm: fx.GraphModule, batch_random: bool = False) -> Translation:
             tr.nodes += 1
             op = optable.lookup(node)
             random = draws_random(node)
-            touches = _touches(node, pinned_storages)
-            drawn = draws.drawn_input(node) if tokens is not None and random and not touches else None
-            effectful = (touches or (runs_once(node) and drawn is None) or (op is None and not node.users))
+            pinned = touches(node, pinned_storages)
+            drawn = draws.drawn_input(node) if tokens is not None and random and not pinned else None
+            effectful = (pinned or (runs_once(node) and drawn is None) or (op is None and not node.users))
             parsed = None
             if drawn is not None:
                 parsed = tokens.term(node, _materialize(drawn, env))

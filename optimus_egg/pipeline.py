@@ -311,13 +311,16 @@ def _order_as_written(graph: fx.Graph, original: fx.Graph, sink: bool, check: bo
     operands depth first (T5's decoder before its encoder). ``check`` (a forward graph that
     writes): only where the reorder keeps every effect where it was (:func:`effects.order_kept`);
     else as emitted."""
-    calls = [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+    def calls() -> list[fx.Node]:
+        return [n for n in graph.nodes if n.op not in ("placeholder", "output")]
+
+    emitted = calls()
     order_as_written(graph, original)
     if sink:
         cleanup.sink_input_stacks(graph)
-    if check and not effects.order_kept(calls, [n for n in graph.nodes if n.op not in ("placeholder", "output")]):
+    if check and not effects.order_kept(emitted, calls()):
         output = next(iter(graph.find_nodes(op="output")))
-        for n in calls:
+        for n in emitted:
             output.prepend(n)
 
 
